@@ -1,0 +1,99 @@
+//! Embeds cuda/**/*.cu into a generated kernel table: for each file, its stage name, its
+//! source with the project's own `#include "..."` headers inlined (so the binary needs no
+//! source tree at run time), its `extern "C" __global__` entry points, and the SHA-256 of
+//! the inlined source (what a fixture records as the kernel source hash).
+//! Adding a .cu file needs no Rust edit.
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn main() {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let cuda = root.join("cuda");
+    println!("cargo::rerun-if-changed=cuda");
+    let mut files = Vec::new();
+    walk(&cuda, &mut files);
+    files.sort();
+    for f in &files {
+        println!("cargo::rerun-if-changed={}", f.display());
+    }
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let mut table = String::from("pub static KERNELS: &[KernelSource] = &[\n");
+    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "cu")) {
+        let name = file.file_stem().unwrap().to_str().unwrap().to_string();
+        let mut seen = BTreeSet::new();
+        let source = inline(file, &cuda, &mut seen);
+        let entries = entry_points(&source);
+        if entries.is_empty() {
+            panic!("{} declares no extern \"C\" __global__ entry point", file.display());
+        }
+        let hash = hex(&Sha256::digest(source.as_bytes()));
+        let generated = out_dir.join(format!("{name}.cu"));
+        fs::write(&generated, &source).unwrap();
+        writeln!(
+            table,
+            "    KernelSource {{ name: {name:?}, source: include_str!({:?}), entry_points: &{entries:?}, sha256: {hash:?} }},",
+            generated.display().to_string()
+        )
+        .unwrap();
+    }
+    table.push_str("];\n");
+    fs::write(out_dir.join("kernel_table.rs"), table).unwrap();
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            walk(&path, out);
+        } else if path.extension().is_some_and(|e| e == "cu" || e == "cuh") {
+            out.push(path);
+        }
+    }
+}
+
+/// The file with every `#include "relative/path"` replaced by that file's (once-only) text.
+fn inline(file: &Path, cuda: &Path, seen: &mut BTreeSet<PathBuf>) -> String {
+    let text = fs::read_to_string(file).unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t == "#pragma once" {
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix("#include \"") {
+            let rel = rest.trim_end_matches('"');
+            let path = cuda.join(rel);
+            let key = path.canonicalize().unwrap_or_else(|e| panic!("{}: #include \"{rel}\": {e}", file.display()));
+            if seen.insert(key) {
+                writeln!(out, "// ---- begin {rel}").unwrap();
+                out.push_str(&inline(&path, cuda, seen));
+                writeln!(out, "// ---- end {rel}").unwrap();
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+fn entry_points(source: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find("extern \"C\" __global__") {
+        rest = &rest[at..];
+        let open = rest.find('(').expect("entry point without a parameter list");
+        let name = rest[..open].split_whitespace().last().unwrap().to_string();
+        names.push(name);
+        rest = &rest[open..];
+    }
+    names
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,171 @@
+//! One comparator for every check: GPU output against the oracle, element by element.
+
+use crate::tolerance::Tolerance;
+
+/// The outcome of comparing one output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Comparison {
+    pub output: String,
+    pub len: usize,
+    pub max_abs: f64,
+    pub max_rel: f64,
+    pub max_ulp: u64,
+    /// The first element out of tolerance: (index, got, want, error, bound).
+    pub first_failure: Option<(usize, f64, f64, f64, f64)>,
+    pub tolerance: Tolerance,
+}
+
+impl Comparison {
+    pub fn passed(&self) -> bool {
+        self.first_failure.is_none()
+    }
+
+    /// Merge the comparison of another case of the same output.
+    pub fn merge(&mut self, other: &Comparison) {
+        self.len += other.len;
+        self.max_abs = self.max_abs.max(other.max_abs);
+        self.max_rel = self.max_rel.max(other.max_rel);
+        self.max_ulp = self.max_ulp.max(other.max_ulp);
+        if self.first_failure.is_none() {
+            self.first_failure = other.first_failure;
+        }
+    }
+
+    /// `Err` with the first failure spelled out, for tests and `?`.
+    pub fn check(&self) -> Result<(), String> {
+        match self.first_failure {
+            None => Ok(()),
+            Some((i, got, want, err, bound)) => Err(format!(
+                "{}: element {i} of {}: got {got:e}, want {want:e}, error {err:e} > bound {bound:e} ({})",
+                self.output,
+                self.len,
+                self.tolerance.describe()
+            )),
+        }
+    }
+}
+
+/// Distance in float32 units in the last place between two finite floats.
+pub fn ulp_distance(a: f32, b: f32) -> u64 {
+    fn key(x: f32) -> i64 {
+        let bits = x.to_bits() as i32;
+        if bits < 0 {
+            i64::from(i32::MIN) - i64::from(bits)
+        } else {
+            i64::from(bits)
+        }
+    }
+    (key(a) - key(b)).unsigned_abs()
+}
+
+/// Compare float32 results with a reference. NaN and infinities pass only where both sides
+/// agree exactly; a length mismatch is a failure at the first missing index.
+pub fn compare_f32(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> Comparison {
+    let mut c = Comparison {
+        output: output.to_string(),
+        len: got.len().max(want.len()),
+        max_abs: 0.0,
+        max_rel: 0.0,
+        max_ulp: 0,
+        first_failure: None,
+        tolerance: tol,
+    };
+    for i in 0..c.len {
+        let (Some(&g), Some(&w)) = (got.get(i), want.get(i)) else {
+            c.first_failure.get_or_insert((i, f64::NAN, f64::NAN, f64::INFINITY, 0.0));
+            break;
+        };
+        let g64 = f64::from(g);
+        let ok_special = (g64.is_nan() && w.is_nan()) || (g64.is_infinite() && g64 == w);
+        let (err, bound, ok) = if ok_special {
+            (0.0, 0.0, true)
+        } else if !g64.is_finite() || !w.is_finite() {
+            (f64::INFINITY, tol.bound(w), false)
+        } else {
+            let err = (g64 - w).abs();
+            c.max_abs = c.max_abs.max(err);
+            if w != 0.0 {
+                c.max_rel = c.max_rel.max(err / w.abs());
+            }
+            c.max_ulp = c.max_ulp.max(ulp_distance(g, w as f32));
+            let bound = tol.bound(w);
+            let ok = if tol.exact { g.to_bits() == (w as f32).to_bits() } else { err <= bound };
+            (err, bound, ok)
+        };
+        if !ok && c.first_failure.is_none() {
+            c.first_failure = Some((i, g64, w, err, bound));
+        }
+    }
+    c
+}
+
+/// Compare integer results exactly.
+pub fn compare_exact<T: Copy + PartialEq + Into<f64>>(output: &str, got: &[T], want: &[T]) -> Comparison {
+    let mut c = Comparison {
+        output: output.to_string(),
+        len: got.len().max(want.len()),
+        max_abs: 0.0,
+        max_rel: 0.0,
+        max_ulp: 0,
+        first_failure: None,
+        tolerance: crate::tolerance::EXACT,
+    };
+    for i in 0..c.len {
+        match (got.get(i), want.get(i)) {
+            (Some(&g), Some(&w)) if g == w => {}
+            (g, w) => {
+                let g = g.map_or(f64::NAN, |&v| v.into());
+                let w = w.map_or(f64::NAN, |&v| v.into());
+                c.max_abs = c.max_abs.max((g - w).abs());
+                c.first_failure.get_or_insert((i, g, w, (g - w).abs(), 0.0));
+            }
+        }
+    }
+    c
+}
+
+/// Compare float32 results bitwise (graph replay against eager, run against run).
+pub fn compare_bitwise(output: &str, got: &[f32], want: &[f32]) -> Comparison {
+    let g: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
+    let w: Vec<u32> = want.iter().map(|x| x.to_bits()).collect();
+    let mut c = compare_exact(output, &g, &w);
+    c.max_ulp = got.iter().zip(want).map(|(&a, &b)| ulp_distance(a, b)).max().unwrap_or(0);
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tolerance::{Tolerance, EXACT};
+
+    #[test]
+    fn a_value_outside_the_bound_is_reported_with_its_index() {
+        let tol = Tolerance::float32("test");
+        let c = compare_f32("x", &[1.0, 2.0, 3.1], &[1.0, 2.0, 3.0], tol);
+        let (i, got, want, _, _) = c.first_failure.unwrap();
+        assert_eq!((i, got as f32, want), (2, 3.1, 3.0));
+        assert!(c.check().unwrap_err().contains("element 2"));
+    }
+
+    #[test]
+    fn nan_fails_against_a_number_and_a_short_output_fails() {
+        let tol = Tolerance::float32("test");
+        assert!(!compare_f32("x", &[f32::NAN], &[1.0], tol).passed());
+        assert!(!compare_f32("x", &[1.0], &[1.0, 2.0], tol).passed());
+        assert!(compare_f32("x", &[f32::NAN], &[f64::NAN], tol).passed());
+    }
+
+    #[test]
+    fn exact_float_comparison_rejects_one_ulp() {
+        let next = f32::from_bits(1.0f32.to_bits() + 1);
+        let c = compare_f32("x", &[next], &[1.0], EXACT);
+        assert!(!c.passed());
+        assert_eq!(c.max_ulp, 1);
+    }
+
+    #[test]
+    fn ulp_distance_crosses_zero() {
+        assert_eq!(ulp_distance(0.0, -0.0), 0);
+        assert_eq!(ulp_distance(f32::from_bits(1), -f32::from_bits(1)), 2);
+    }
+}

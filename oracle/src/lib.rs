@@ -1,0 +1,17 @@
+//! tallyho-oracle: the CPU reference of every tallyho kernel, and so its specification.
+//!
+//! Each public function named after a stage (`per_sample`, `per_insert`, ...) documents the
+//! math of that stage; the CUDA kernel of the same name in cuda/ must reproduce it within
+//! the tolerance declared in [`tolerance`]. This crate never depends on CUDA or on the GPU
+//! crate: it is the independent side of every comparison.
+
+pub mod compare;
+pub mod config;
+pub mod kat;
+pub mod per;
+pub mod philox;
+pub mod tolerance;
+
+pub use compare::{compare_bitwise, compare_exact, compare_f32, Comparison};
+pub use config::{ConfigError, PerConfig};
+pub use tolerance::Tolerance;

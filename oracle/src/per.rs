@@ -1,0 +1,311 @@
+//! Prioritized experience replay (Schaul et al. 2016, "Prioritized Experience Replay"): the
+//! spec of the `per_*` kernels in cuda/ and their launchers in src/replay.rs.
+//!
+//! Storage is a ring of capacity C. Each slot holds a transition (s, a, r, s', done): the
+//! state and next state as `S` f32 each (f32, not bf16, so that the gather is a bitwise copy
+//! the oracle checks exactly; at the default sizes the ring is a few hundred MB of the
+//! H200's 141 GB), the three action branches (direction, size, order type) as i32, the reward
+//! as f32 and done as f32 0/1 (read directly as `1 - done` by the loss).
+//!
+//! Priorities live in a sum tree of `L = next_pow2(C)` leaves stored as `2L` f32: node 1 is
+//! the root (the total), node `n` has children `2n` and `2n + 1`, leaf `i` is node `L + i`,
+//! node 0 is unused and 0. Every internal node is the float sum `left + right` of its
+//! children, computed in exactly that order whenever a leaf below it changes, so the tree is
+//! a deterministic function of its leaves and the oracle reproduces every node bit for bit.
+//!
+//! The control block `PerCtl` (cursor, size, sample step, running max priority) lives in
+//! device memory and is advanced only by kernels, so the whole path can be captured in a
+//! CUDA graph and replayed without any host value changing.
+
+use crate::config::PerConfig;
+use crate::philox::{self, stream};
+
+/// Number of action branches stored per transition: direction, size, order type.
+pub const ACTION_BRANCHES: usize = 3;
+
+/// The replay's device-resident control block, mirrored by `struct PerCtl` in cuda/common/per.cuh.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct PerCtl {
+    /// Next slot to write.
+    pub cursor: u32,
+    /// Number of valid transitions, at most C.
+    pub size: u32,
+    /// Number of samples drawn so far: the Philox step and the beta schedule's clock.
+    pub sample_step: u32,
+    /// Running maximum of every priority ever assigned (starts at 1); new transitions get it.
+    pub max_priority: f32,
+}
+
+impl Default for PerCtl {
+    fn default() -> Self {
+        PerCtl { cursor: 0, size: 0, sample_step: 0, max_priority: 1.0 }
+    }
+}
+
+/// A set of `n` transitions, row-major, in the replay's storage layout.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Transitions {
+    pub states: Vec<f32>,
+    pub next_states: Vec<f32>,
+    pub actions: Vec<i32>,
+    pub rewards: Vec<f32>,
+    pub dones: Vec<f32>,
+}
+
+impl Transitions {
+    pub fn zeros(n: usize, state_dim: usize) -> Self {
+        Transitions {
+            states: vec![0.0; n * state_dim],
+            next_states: vec![0.0; n * state_dim],
+            actions: vec![0; n * ACTION_BRANCHES],
+            rewards: vec![0.0; n],
+            dones: vec![0.0; n],
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rewards.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rewards.is_empty()
+    }
+
+    /// Copy row `from` of `src` into row `to` of `self`.
+    fn copy_row(&mut self, to: usize, src: &Transitions, from: usize, s: usize) {
+        self.states[to * s..(to + 1) * s].copy_from_slice(&src.states[from * s..(from + 1) * s]);
+        self.next_states[to * s..(to + 1) * s].copy_from_slice(&src.next_states[from * s..(from + 1) * s]);
+        let a = ACTION_BRANCHES;
+        self.actions[to * a..(to + 1) * a].copy_from_slice(&src.actions[from * a..(from + 1) * a]);
+        self.rewards[to] = src.rewards[from];
+        self.dones[to] = src.dones[from];
+    }
+}
+
+/// The whole replay state: what the GPU holds, on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerState {
+    pub cfg: PerConfig,
+    pub store: Transitions,
+    pub tree: Vec<f32>,
+    pub ctl: PerCtl,
+}
+
+/// One sample: indices, importance weights, and the thresholds they came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub thresholds: Vec<f32>,
+    pub indices: Vec<u32>,
+    pub weights: Vec<f64>,
+}
+
+impl PerState {
+    pub fn new(cfg: &PerConfig) -> Self {
+        PerState {
+            cfg: cfg.clone(),
+            store: Transitions::zeros(cfg.capacity, cfg.state_dim),
+            tree: vec![0.0; 2 * cfg.leaves()],
+            ctl: PerCtl::default(),
+        }
+    }
+
+    pub fn leaf(&self, i: usize) -> f32 {
+        self.tree[self.cfg.leaves() + i]
+    }
+
+    pub fn total(&self) -> f32 {
+        self.tree[1]
+    }
+}
+
+/// Recompute every ancestor of the `touched` leaves, level by level from the bottom:
+/// `tree[n] = tree[2n] + tree[2n + 1]` in float. The result depends only on the leaves.
+pub fn sum_tree_refresh(tree: &mut [f32], leaves: usize, touched: &[u32]) {
+    let mut nodes: Vec<usize> = touched.iter().map(|&i| leaves + i as usize).collect();
+    while leaves > 1 && nodes.first().is_some_and(|&n| n > 1) {
+        for n in nodes.iter_mut() {
+            *n /= 2;
+            tree[*n] = tree[2 * *n] + tree[2 * *n + 1];
+        }
+    }
+}
+
+/// Every internal node equals the float sum of its children.
+pub fn sum_tree_is_consistent(tree: &[f32]) -> bool {
+    let leaves = tree.len() / 2;
+    (1..leaves).all(|n| tree[n].to_bits() == (tree[2 * n] + tree[2 * n + 1]).to_bits())
+}
+
+/// `per_insert`: write the `n` transitions at slots `(cursor + j) mod C`, give each the running
+/// max priority, refresh their ancestors, then `cursor <- (cursor + n) mod C` and
+/// `size <- min(size + n, C)`. Requires `n <= C` (a larger batch would overwrite itself).
+pub fn per_insert(st: &mut PerState, batch: &Transitions) {
+    let (c, s, l) = (st.cfg.capacity, st.cfg.state_dim, st.cfg.leaves());
+    let n = batch.len();
+    debug_assert!(n <= c, "insert of {n} transitions exceeds capacity {c}: callers validate");
+    let slots: Vec<u32> = (0..n).map(|j| ((st.ctl.cursor as usize + j) % c) as u32).collect();
+    for (j, &slot) in slots.iter().enumerate() {
+        st.store.copy_row(slot as usize, batch, j, s);
+        st.tree[l + slot as usize] = st.ctl.max_priority;
+    }
+    sum_tree_refresh(&mut st.tree, l, &slots);
+    st.ctl.cursor = ((st.ctl.cursor as usize + n) % c) as u32;
+    st.ctl.size = (st.ctl.size as usize + n).min(c) as u32;
+}
+
+/// Importance exponent at a sample step: `min(1, fma(step, beta_inc, beta0))` in float, with
+/// `beta_inc = (1 - beta0) / beta_steps` rounded once (`PerConfig::beta_increment`).
+pub fn per_beta(cfg: &PerConfig, step: u32) -> f32 {
+    (step as f32).mul_add(cfg.beta_increment(), cfg.beta0).min(1.0)
+}
+
+/// Stratified thresholds in [0, total): `t_i = (i + u_i) * (total / B)` in float, each
+/// operation rounded to nearest, with `u_i = u01(word 0 of philox((i, step, PER_SAMPLE, 0), seed))`.
+/// One threshold per stratum keeps the batch spread over the whole priority mass.
+pub fn per_thresholds(total: f32, batch: usize, seed: u64, step: u32) -> Vec<f32> {
+    let seg = total / batch as f32;
+    (0..batch)
+        .map(|i| {
+            let u = philox::u01(philox::draw(seed, i as u32, step, stream::PER_SAMPLE)[0]);
+            (i as f32 + u) * seg
+        })
+        .collect()
+}
+
+/// Descend from the root to the leaf whose prefix-sum interval holds `t`: at each node go
+/// left when `t < left` or the right subtree is empty, else subtract `left` and go right.
+/// With a positive total this always ends on a leaf of positive priority, even when float
+/// rounding puts `t` at or past the total.
+pub fn sum_tree_descend(tree: &[f32], leaves: usize, mut t: f32) -> u32 {
+    let mut node = 1;
+    while node < leaves {
+        let left = tree[2 * node];
+        let right = tree[2 * node + 1];
+        if t < left || right <= 0.0 {
+            node = 2 * node;
+        } else {
+            t -= left;
+            node = 2 * node + 1;
+        }
+    }
+    (node - leaves) as u32
+}
+
+/// Importance weights normalised by their batch maximum: `w_i = (N P_i)^-beta / max_j (N P_j)^-beta
+/// = (p_i / p_min)^-beta`, with `p` the sampled leaf priorities and `p_min` the batch minimum
+/// (N and the total cancel). Evaluated in f64.
+pub fn per_is_weights(priorities: &[f32], beta: f32) -> Vec<f64> {
+    let p_min = priorities.iter().copied().fold(f32::INFINITY, f32::min);
+    priorities.iter().map(|&p| (f64::from(p) / f64::from(p_min)).powf(-f64::from(beta))).collect()
+}
+
+/// `per_sample`: B thresholds by Philox at the current sample step, a descent for each, the
+/// importance weights with beta at that step; then the sample step advances by one.
+/// Requires `size >= 1` (a positive total).
+pub fn per_sample(st: &mut PerState) -> Sample {
+    let cfg = &st.cfg;
+    let step = st.ctl.sample_step;
+    let thresholds = per_thresholds(st.total(), cfg.batch, cfg.seed, step);
+    let indices: Vec<u32> = thresholds.iter().map(|&t| sum_tree_descend(&st.tree, cfg.leaves(), t)).collect();
+    let priorities: Vec<f32> = indices.iter().map(|&i| st.leaf(i as usize)).collect();
+    let weights = per_is_weights(&priorities, per_beta(cfg, step));
+    st.ctl.sample_step = step.wrapping_add(1);
+    Sample { thresholds, indices, weights }
+}
+
+/// `per_gather`: the transitions at `indices`, in batch order.
+pub fn per_gather(st: &PerState, indices: &[u32]) -> Transitions {
+    let mut out = Transitions::zeros(indices.len(), st.cfg.state_dim);
+    for (j, &i) in indices.iter().enumerate() {
+        out.copy_row(j, &st.store, i as usize, st.cfg.state_dim);
+    }
+    out
+}
+
+/// Priority of a TD error: `(|delta| + eps)^alpha`, in f64.
+pub fn per_priority(td_abs: f32, alpha: f32, eps: f32) -> f64 {
+    (f64::from(td_abs.abs()) + f64::from(eps)).powf(f64::from(alpha))
+}
+
+/// `per_update_priorities`: for j = 0..B in order, `leaf[idx_j] <- round_f32(per_priority(td_j))`,
+/// so when an index repeats the last occurrence in the batch wins; the running max priority
+/// takes the max of every assigned priority; then the ancestors are refreshed. Returns the
+/// f64 priorities in batch order.
+pub fn per_update_priorities(st: &mut PerState, indices: &[u32], td_abs: &[f32]) -> Vec<f64> {
+    let l = st.cfg.leaves();
+    let p: Vec<f64> = td_abs.iter().map(|&d| per_priority(d, st.cfg.alpha, st.cfg.eps)).collect();
+    for (&i, &pj) in indices.iter().zip(&p) {
+        st.tree[l + i as usize] = pj as f32;
+        st.ctl.max_priority = st.ctl.max_priority.max(pj as f32);
+    }
+    sum_tree_refresh(&mut st.tree, l, indices);
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(capacity: usize, batch: usize) -> PerConfig {
+        PerConfig { capacity, batch, state_dim: 2, ..PerConfig::default() }
+    }
+
+    fn transitions(n: usize, s: usize, base: f32) -> Transitions {
+        let mut t = Transitions::zeros(n, s);
+        for j in 0..n {
+            t.rewards[j] = base + j as f32;
+            t.states[j * s] = base + j as f32;
+        }
+        t
+    }
+
+    #[test]
+    fn insert_wraps_around_the_ring_and_size_saturates() {
+        let mut st = PerState::new(&cfg(8, 2));
+        per_insert(&mut st, &transitions(6, 2, 0.0));
+        per_insert(&mut st, &transitions(5, 2, 100.0));
+        assert_eq!((st.ctl.cursor, st.ctl.size), (3, 8));
+        assert_eq!(&st.store.rewards[..4], &[102.0, 103.0, 104.0, 3.0]);
+        assert_eq!(st.total(), 8.0);
+        assert!(sum_tree_is_consistent(&st.tree));
+    }
+
+    #[test]
+    fn descent_never_lands_on_an_empty_leaf() {
+        let mut st = PerState::new(&cfg(13, 2));
+        per_insert(&mut st, &transitions(5, 2, 0.0));
+        // Thresholds at and past the total still land on a filled slot.
+        for t in [0.0, 2.5, 4.999, 5.0, 7.0, f32::MAX] {
+            let i = sum_tree_descend(&st.tree, st.cfg.leaves(), t);
+            assert!(i < 5, "threshold {t} gave leaf {i}");
+        }
+    }
+
+    #[test]
+    fn repeated_indices_take_the_last_priority() {
+        let mut st = PerState::new(&cfg(8, 2));
+        per_insert(&mut st, &transitions(8, 2, 0.0));
+        per_update_priorities(&mut st, &[3, 5, 3], &[0.5, 2.0, 0.25]);
+        let want = per_priority(0.25, st.cfg.alpha, st.cfg.eps) as f32;
+        assert_eq!(st.leaf(3), want);
+        assert_eq!(st.ctl.max_priority, per_priority(2.0, st.cfg.alpha, st.cfg.eps) as f32);
+        assert!(sum_tree_is_consistent(&st.tree));
+    }
+
+    #[test]
+    fn weights_are_one_at_the_minimum_and_at_most_one() {
+        let w = per_is_weights(&[0.5, 2.0, 1.0], 0.4);
+        assert_eq!(w[0], 1.0);
+        assert!(w.iter().all(|&x| x > 0.0 && x <= 1.0));
+    }
+
+    #[test]
+    fn beta_anneals_to_one_and_stays() {
+        let c = PerConfig { beta0: 0.4, beta_steps: 10, ..PerConfig::default() };
+        assert_eq!(per_beta(&c, 0), 0.4);
+        assert!((per_beta(&c, 5) - 0.7).abs() < 1e-6);
+        assert_eq!(per_beta(&c, 10), 1.0);
+        assert_eq!(per_beta(&c, 1000), 1.0);
+    }
+}

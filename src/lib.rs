@@ -1,0 +1,11 @@
+//! tallyho: a GPU-resident DQN trainer for market-data backtests, whose every CUDA kernel
+//! has a CPU reference in `tallyho-oracle` and is checked against it.
+
+pub mod error;
+pub mod graph;
+pub mod replay;
+pub mod runtime;
+
+pub use error::{Error, Result};
+pub use runtime::Gpu;
+pub use tallyho_oracle as oracle;

@@ -1,0 +1,380 @@
+//! The prioritized replay buffer on the device: typed launchers for the `per_*` kernels of
+//! cuda/ (spec: tallyho_oracle::per). Every buffer is allocated in `PerBuffer::new`; the
+//! sample / gather / priority-update path reads its per-step values (cursor, size, sample
+//! step, max priority) from the device control block, so it can be captured as a graph.
+
+use crate::error::{Error, Result};
+use crate::graph::GraphSlot;
+use crate::runtime::{grid_stride, one_block, Gpu};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use std::sync::Arc;
+use tallyho_oracle::per::{PerCtl, PerState, Transitions, ACTION_BRANCHES};
+use tallyho_oracle::philox::key_of_seed;
+use tallyho_oracle::PerConfig;
+
+/// Transitions in device memory, row-major, `rows` of them.
+pub struct DeviceTransitions {
+    pub rows: usize,
+    pub states: CudaSlice<f32>,
+    pub next_states: CudaSlice<f32>,
+    pub actions: CudaSlice<i32>,
+    pub rewards: CudaSlice<f32>,
+    pub dones: CudaSlice<f32>,
+}
+
+impl DeviceTransitions {
+    pub fn alloc(stream: &Arc<CudaStream>, rows: usize, state_dim: usize) -> Result<Self> {
+        Ok(DeviceTransitions {
+            rows,
+            states: stream.alloc_zeros(rows * state_dim)?,
+            next_states: stream.alloc_zeros(rows * state_dim)?,
+            actions: stream.alloc_zeros(rows * ACTION_BRANCHES)?,
+            rewards: stream.alloc_zeros(rows)?,
+            dones: stream.alloc_zeros(rows)?,
+        })
+    }
+
+    /// Copy `t` into the first `t.len()` rows (not a hot-path operation).
+    pub fn upload(&mut self, stream: &Arc<CudaStream>, t: &Transitions, state_dim: usize) -> Result<()> {
+        let n = t.len();
+        if n > self.rows {
+            return Err(Error::Usage(format!("{n} transitions do not fit a buffer of {} rows", self.rows)));
+        }
+        check_shape(t, n, state_dim)?;
+        stream.memcpy_htod(&t.states, &mut self.states.slice_mut(..n * state_dim))?;
+        stream.memcpy_htod(&t.next_states, &mut self.next_states.slice_mut(..n * state_dim))?;
+        stream.memcpy_htod(&t.actions, &mut self.actions.slice_mut(..n * ACTION_BRANCHES))?;
+        stream.memcpy_htod(&t.rewards, &mut self.rewards.slice_mut(..n))?;
+        stream.memcpy_htod(&t.dones, &mut self.dones.slice_mut(..n))?;
+        Ok(())
+    }
+
+    pub fn download(&self, stream: &Arc<CudaStream>) -> Result<Transitions> {
+        Ok(Transitions {
+            states: stream.clone_dtoh(&self.states)?,
+            next_states: stream.clone_dtoh(&self.next_states)?,
+            actions: stream.clone_dtoh(&self.actions)?,
+            rewards: stream.clone_dtoh(&self.rewards)?,
+            dones: stream.clone_dtoh(&self.dones)?,
+        })
+    }
+}
+
+fn check_shape(t: &Transitions, n: usize, s: usize) -> Result<()> {
+    let ok = t.states.len() == n * s
+        && t.next_states.len() == n * s
+        && t.actions.len() == n * ACTION_BRANCHES
+        && t.dones.len() == n;
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "transitions are not {n} rows of state width {s}: states {}, next states {}, actions {} (want {}), dones {}",
+            t.states.len(),
+            t.next_states.len(),
+            t.actions.len(),
+            n * ACTION_BRANCHES,
+            t.dones.len()
+        )))
+    }
+}
+
+struct Kernels {
+    insert_rows: CudaFunction,
+    insert_tree: CudaFunction,
+    sample: CudaFunction,
+    gather: CudaFunction,
+    update: CudaFunction,
+}
+
+/// The replay buffer. Outputs of the last sample: `indices`, `weights`, and after `gather`,
+/// `batch`.
+pub struct PerBuffer {
+    cfg: PerConfig,
+    stream: Arc<CudaStream>,
+    k: Kernels,
+    store: DeviceTransitions,
+    tree: CudaSlice<f32>,
+    /// The control block, as the four 32-bit words of `PerCtl` (max priority as float bits).
+    ctl: CudaSlice<u32>,
+    /// Scratch for the last-occurrence rule of `per_update_priorities`; all 0 between launches.
+    winner: CudaSlice<u32>,
+    staging: DeviceTransitions,
+    pub indices: CudaSlice<u32>,
+    pub weights: CudaSlice<f32>,
+    pub batch: DeviceTransitions,
+    /// Host count of transitions ever inserted: known without reading the device.
+    inserted: u64,
+    step_graph: GraphSlot,
+}
+
+fn ctl_words(c: &PerCtl) -> [u32; 4] {
+    [c.cursor, c.size, c.sample_step, c.max_priority.to_bits()]
+}
+
+fn ctl_of_words(w: &[u32]) -> PerCtl {
+    PerCtl { cursor: w[0], size: w[1], sample_step: w[2], max_priority: f32::from_bits(w[3]) }
+}
+
+impl PerBuffer {
+    /// Allocate everything for `cfg`; `max_insert` is the largest host insert (staging rows).
+    pub fn new(gpu: &Gpu, cfg: &PerConfig, max_insert: usize) -> Result<Self> {
+        cfg.validate()?;
+        if max_insert == 0 || max_insert > cfg.capacity {
+            return Err(Error::Usage(format!(
+                "max insert {max_insert} must be in 1..={} (the capacity)",
+                cfg.capacity
+            )));
+        }
+        let s = &gpu.stream;
+        let k = Kernels {
+            insert_rows: gpu.function("per_insert", "per_insert_rows")?,
+            insert_tree: gpu.function("per_insert", "per_insert_tree")?,
+            sample: gpu.function("per_sample", "per_sample")?,
+            gather: gpu.function("per_gather", "per_gather")?,
+            update: gpu.function("per_update_priorities", "per_update_priorities")?,
+        };
+        let ctl = s.clone_htod(&ctl_words(&PerCtl::default()))?;
+        Ok(PerBuffer {
+            cfg: cfg.clone(),
+            stream: s.clone(),
+            k,
+            store: DeviceTransitions::alloc(s, cfg.capacity, cfg.state_dim)?,
+            tree: s.alloc_zeros(2 * cfg.leaves())?,
+            ctl,
+            winner: s.alloc_zeros(cfg.capacity)?,
+            staging: DeviceTransitions::alloc(s, max_insert, cfg.state_dim)?,
+            indices: s.alloc_zeros(cfg.batch)?,
+            weights: s.alloc_zeros(cfg.batch)?,
+            batch: DeviceTransitions::alloc(s, cfg.batch, cfg.state_dim)?,
+            inserted: 0,
+            step_graph: GraphSlot::new("per_sample_update"),
+        })
+    }
+
+    pub fn config(&self) -> &PerConfig {
+        &self.cfg
+    }
+
+    fn leaves(&self) -> u32 {
+        self.cfg.leaves() as u32
+    }
+
+    /// `per_insert` of the first `n` rows of `rows`: ring write with max priority, tree
+    /// refresh, cursor and size advance. Two launches, no host synchronization.
+    pub fn insert(&mut self, rows: &DeviceTransitions, n: usize) -> Result<()> {
+        if n == 0 || n > rows.rows || n > self.cfg.capacity {
+            return Err(Error::Usage(format!(
+                "insert of {n} transitions: must be 1..={} (rows given) and at most the capacity {}",
+                rows.rows, self.cfg.capacity
+            )));
+        }
+        let (n32, c32, s32) = (n as u32, self.cfg.capacity as u32, self.cfg.state_dim as u32);
+        let width = self.cfg.state_dim.max(ACTION_BRANCHES);
+        let mut b = self.stream.launch_builder(&self.k.insert_rows);
+        b.arg(&self.ctl)
+            .arg(&rows.states)
+            .arg(&rows.next_states)
+            .arg(&rows.actions)
+            .arg(&rows.rewards)
+            .arg(&rows.dones)
+            .arg(&mut self.store.states)
+            .arg(&mut self.store.next_states)
+            .arg(&mut self.store.actions)
+            .arg(&mut self.store.rewards)
+            .arg(&mut self.store.dones)
+            .arg(&n32)
+            .arg(&c32)
+            .arg(&s32);
+        // SAFETY: argument order and types follow per_insert_rows in cuda/per_insert.cu: ctl
+        // is 4 u32 words laid out as struct PerCtl; inputs hold >= n rows (checked above),
+        // the store holds C rows of width S / 3.
+        unsafe { b.launch(grid_stride(n * width)) }?;
+        let leaves = self.leaves();
+        let mut b = self.stream.launch_builder(&self.k.insert_tree);
+        b.arg(&mut self.ctl).arg(&mut self.tree).arg(&leaves).arg(&n32).arg(&c32);
+        // SAFETY: follows per_insert_tree's signature; the tree holds 2 * leaves floats and
+        // every slot (cursor + j) mod C < C <= leaves. One block, as the kernel requires.
+        unsafe { b.launch(one_block(n)) }?;
+        self.inserted += n as u64;
+        Ok(())
+    }
+
+    /// Upload `t` to the staging rows and insert it (host data: not for the hot path).
+    pub fn insert_host(&mut self, t: &Transitions) -> Result<()> {
+        let n = t.len();
+        if n > self.staging.rows {
+            return Err(Error::Usage(format!(
+                "insert of {n} host transitions exceeds the staging rows {} given at construction",
+                self.staging.rows
+            )));
+        }
+        let mut staging = std::mem::replace(&mut self.staging, DeviceTransitions::alloc(&self.stream, 1, 1)?);
+        let r = staging.upload(&self.stream, t, self.cfg.state_dim).and_then(|_| self.insert(&staging, n));
+        self.staging = staging;
+        r
+    }
+
+    /// `per_sample`: indices and importance weights of B transitions; advances the sample step.
+    pub fn sample(&mut self) -> Result<()> {
+        if self.inserted == 0 {
+            return Err(Error::Usage("sample from an empty replay buffer: insert transitions first".into()));
+        }
+        let [key0, key1] = key_of_seed(self.cfg.seed);
+        let (beta0, beta_inc) = (self.cfg.beta0, self.cfg.beta_increment());
+        let (leaves, batch) = (self.leaves(), self.cfg.batch as u32);
+        let mut b = self.stream.launch_builder(&self.k.sample);
+        b.arg(&self.tree)
+            .arg(&leaves)
+            .arg(&mut self.ctl)
+            .arg(&key0)
+            .arg(&key1)
+            .arg(&beta0)
+            .arg(&beta_inc)
+            .arg(&batch)
+            .arg(&mut self.indices)
+            .arg(&mut self.weights);
+        // SAFETY: follows per_sample's signature in cuda/per_sample.cu; indices and weights
+        // hold B elements; one block as the kernel requires.
+        unsafe { b.launch(one_block(self.cfg.batch)) }?;
+        Ok(())
+    }
+
+    /// `per_gather`: the sampled transitions into `batch`.
+    pub fn gather(&mut self) -> Result<()> {
+        let (batch, s32) = (self.cfg.batch as u32, self.cfg.state_dim as u32);
+        let width = self.cfg.state_dim.max(ACTION_BRANCHES);
+        let mut b = self.stream.launch_builder(&self.k.gather);
+        b.arg(&self.indices)
+            .arg(&self.store.states)
+            .arg(&self.store.next_states)
+            .arg(&self.store.actions)
+            .arg(&self.store.rewards)
+            .arg(&self.store.dones)
+            .arg(&mut self.batch.states)
+            .arg(&mut self.batch.next_states)
+            .arg(&mut self.batch.actions)
+            .arg(&mut self.batch.rewards)
+            .arg(&mut self.batch.dones)
+            .arg(&batch)
+            .arg(&s32);
+        // SAFETY: follows per_gather's signature; indices come from per_sample (< C) or from
+        // `set_indices` (checked < C); batch buffers hold B rows.
+        unsafe { b.launch(grid_stride(self.cfg.batch * width)) }?;
+        Ok(())
+    }
+
+    /// `per_update_priorities` of the last sample's indices with `td_abs` (B values).
+    pub fn update_priorities(&mut self, td_abs: &CudaSlice<f32>) -> Result<()> {
+        if td_abs.len() != self.cfg.batch {
+            return Err(Error::Usage(format!("td_abs has {} values, the batch is {}", td_abs.len(), self.cfg.batch)));
+        }
+        let (leaves, batch, c32) = (self.leaves(), self.cfg.batch as u32, self.cfg.capacity as u32);
+        let (alpha, eps) = (self.cfg.alpha, self.cfg.eps);
+        let mut b = self.stream.launch_builder(&self.k.update);
+        b.arg(&mut self.tree)
+            .arg(&leaves)
+            .arg(&mut self.ctl)
+            .arg(&mut self.winner)
+            .arg(&self.indices)
+            .arg(td_abs)
+            .arg(&batch)
+            .arg(&c32)
+            .arg(&alpha)
+            .arg(&eps);
+        // SAFETY: follows per_update_priorities' signature; winner holds C zeros, indices and
+        // td_abs hold B values; out-of-range indices are skipped by the kernel. One block.
+        unsafe { b.launch(one_block(self.cfg.batch)) }?;
+        Ok(())
+    }
+
+    /// The update-side replay step: sample, gather, priority update from `td_abs`, run
+    /// through the buffer's graph slot (eager, then captured, then replayed).
+    pub fn sample_gather_update(&mut self, td_abs: &CudaSlice<f32>) -> Result<()> {
+        if self.inserted == 0 {
+            return Err(Error::Usage("sample from an empty replay buffer: insert transitions first".into()));
+        }
+        let (ptr, _guard) = td_abs.device_ptr(&self.stream);
+        let binding = ptr;
+        drop(_guard);
+        let stream = self.stream.clone();
+        let mut slot = std::mem::replace(&mut self.step_graph, GraphSlot::new("per_sample_update"));
+        let r = slot.run(&stream, binding, || {
+            self.sample()?;
+            self.gather()?;
+            self.update_priorities(td_abs)
+        });
+        self.step_graph = slot;
+        r
+    }
+
+    pub fn graph_phase(&self) -> crate::graph::Phase {
+        self.step_graph.phase()
+    }
+
+    /// Set the sample indices directly (tests and fixture replays); each must be < C.
+    pub fn set_indices(&mut self, indices: &[u32]) -> Result<()> {
+        if indices.len() != self.cfg.batch {
+            return Err(Error::Usage(format!("{} indices given, the batch is {}", indices.len(), self.cfg.batch)));
+        }
+        if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.cfg.capacity) {
+            return Err(Error::Usage(format!("index {bad} is outside the capacity {}", self.cfg.capacity)));
+        }
+        self.stream.memcpy_htod(indices, &mut self.indices)?;
+        Ok(())
+    }
+
+    /// Replace the whole device state with `st` (tests, fixture replays).
+    pub fn upload_state(&mut self, st: &PerState) -> Result<()> {
+        if st.cfg.capacity != self.cfg.capacity || st.cfg.state_dim != self.cfg.state_dim || st.tree.len() != 2 * self.cfg.leaves() {
+            return Err(Error::Usage("state shape does not match the buffer's config".into()));
+        }
+        self.store.upload(&self.stream, &st.store, self.cfg.state_dim)?;
+        self.stream.memcpy_htod(&st.tree, &mut self.tree)?;
+        self.stream.memcpy_htod(&ctl_words(&st.ctl), &mut self.ctl)?;
+        self.inserted = u64::from(st.ctl.size);
+        Ok(())
+    }
+
+    /// The whole device state, on the host (synchronizes; tests and fixtures only).
+    pub fn download_state(&self) -> Result<PerState> {
+        Ok(PerState {
+            cfg: self.cfg.clone(),
+            store: self.store.download(&self.stream)?,
+            tree: self.stream.clone_dtoh(&self.tree)?,
+            ctl: self.ctl()?,
+        })
+    }
+
+    pub fn ctl(&self) -> Result<PerCtl> {
+        Ok(ctl_of_words(&self.stream.clone_dtoh(&self.ctl)?))
+    }
+
+    pub fn tree(&self) -> Result<Vec<f32>> {
+        Ok(self.stream.clone_dtoh(&self.tree)?)
+    }
+
+    pub fn winner_scratch(&self) -> Result<Vec<u32>> {
+        Ok(self.stream.clone_dtoh(&self.winner)?)
+    }
+
+    /// Last sample's indices and weights (synchronizes).
+    pub fn read_sample(&self) -> Result<(Vec<u32>, Vec<f32>)> {
+        Ok((self.stream.clone_dtoh(&self.indices)?, self.stream.clone_dtoh(&self.weights)?))
+    }
+
+    /// Poison the sample outputs and the batch so a test can tell every element was written.
+    pub fn poison_outputs(&mut self) -> Result<()> {
+        let b = self.cfg.batch;
+        let s = self.cfg.state_dim;
+        self.stream.memcpy_htod(&vec![u32::MAX; b], &mut self.indices)?;
+        self.stream.memcpy_htod(&vec![f32::NAN; b], &mut self.weights)?;
+        let mut poison = Transitions::zeros(b, s);
+        poison.states.fill(f32::NAN);
+        poison.next_states.fill(f32::NAN);
+        poison.actions.fill(i32::MIN);
+        poison.rewards.fill(f32::NAN);
+        poison.dones.fill(f32::NAN);
+        self.batch.upload(&self.stream, &poison, s)
+    }
+}
