@@ -1,8 +1,11 @@
 //! tallyho: a GPU-resident DQN trainer for market-data backtests, whose every CUDA kernel
 //! has a CPU reference in `tallyho-oracle` and is checked against it.
 
+pub mod bench;
 pub mod error;
 pub mod graph;
+pub mod parity;
+pub mod philox;
 pub mod replay;
 pub mod runtime;
 

@@ -1,0 +1,302 @@
+//! `tallyho bench per`: the prioritized replay's device cost, in microseconds.
+//!
+//! What is measured, for capacities C in {2^17, 2^20} (state width 32):
+//! - `sample`: one `per_sample` launch for B in {256, 1024}: stratified thresholds, the
+//!   sum-tree descents and the importance weights, all in that one kernel;
+//! - `sample+gather+update`: `per_sample`, `per_gather`, `per_update_priorities`, the
+//!   update-side replay step, for the same B;
+//! - `insert`: `per_insert` of N = 256 transitions already in device memory (the `batch`
+//!   column holds N).
+//!
+//! Each buffer is first filled to capacity with random transitions and its priorities made
+//! non-uniform (random indices updated with random |td|), so the descents take realistic
+//! paths. Every operation runs in two modes: `eager` launches the kernels directly, `graph`
+//! captures the same calls once into a CUDA graph and times `cuGraphLaunch` of it. Graph
+//! replays still draw new indices and write new slots: the sample step and the cursor live
+//! in device memory.
+//!
+//! Method: after `warmup` untimed calls (at least one), each of `reps` repetitions records a
+//! CUDA event, enqueues the work, records a second event and waits for it; the sample is the
+//! time between the two events. The device is idle when each repetition starts, so a sample
+//! includes the host-side launch cost of the work (that is the eager / graph difference) but
+//! no queueing behind earlier repetitions. Reported: median, 10th and 90th percentile.
+
+use crate::error::{Error, Result};
+use crate::replay::{DeviceTransitions, PerBuffer};
+use crate::runtime::Gpu;
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaSlice};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::fmt::Write as _;
+use tallyho_oracle::per::{Transitions, ACTION_BRANCHES};
+use tallyho_oracle::PerConfig;
+
+/// Capacities and batches of the full run, and of a quick (smoke) run.
+const CAPACITIES: [usize; 2] = [1 << 17, 1 << 20];
+const BATCHES: [usize; 2] = [256, 1024];
+const QUICK_CAPACITIES: [usize; 1] = [1 << 17];
+const QUICK_BATCHES: [usize; 1] = [256];
+/// Repetitions are capped at this in a quick run.
+const QUICK_REPS: usize = 20;
+/// Transitions per insert in the `insert` benchmark.
+const INSERT_N: usize = 256;
+/// State width of the benchmark buffers.
+const STATE_DIM: usize = 32;
+/// Staging rows of each buffer: the chunk size of the initial fill.
+const MAX_INSERT: usize = 4096;
+const SEED: u64 = 0x000b_e9c4_5eed;
+
+pub struct BenchOptions {
+    /// Timed repetitions per (op, capacity, batch, mode).
+    pub reps: usize,
+    /// Untimed calls before timing (at least one is made).
+    pub warmup: usize,
+    /// Smoke run: C = 2^17 and B = 256 only, at most 20 repetitions.
+    pub quick: bool,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchRow {
+    pub op: String,
+    pub capacity: usize,
+    pub batch: usize,
+    /// "eager" or "graph".
+    pub mode: String,
+    pub median_us: f64,
+    pub p10_us: f64,
+    pub p90_us: f64,
+    pub reps: usize,
+}
+
+/// Run the prioritized replay benchmark on `gpu`; one row per (op, capacity, batch, mode).
+pub fn bench_per(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
+    if opts.reps == 0 {
+        return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
+    }
+    let (capacities, batches, reps): (&[usize], &[usize], usize) = if opts.quick {
+        (&QUICK_CAPACITIES, &QUICK_BATCHES, opts.reps.min(QUICK_REPS))
+    } else {
+        (&CAPACITIES, &BATCHES, opts.reps)
+    };
+    let timing = Timing { reps, warmup: opts.warmup.max(1) };
+    let mut rows = Vec::new();
+    for &capacity in capacities {
+        for &batch in batches {
+            let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ ((capacity as u64) << 20) ^ batch as u64);
+            let cfg = PerConfig { capacity, batch, state_dim: STATE_DIM, ..PerConfig::default() };
+            let mut per = PerBuffer::new(gpu, &cfg, MAX_INSERT)?;
+            let td = gpu.stream.clone_htod(&random_td(&mut rng, batch))?;
+            fill_and_skew(&mut per, &td, &mut rng)?;
+
+            rows.extend(timing.both_modes(gpu, &mut per, "sample", capacity, batch, |p| p.sample())?);
+            rows.extend(timing.both_modes(gpu, &mut per, "sample+gather+update", capacity, batch, |p| {
+                p.sample()?;
+                p.gather()?;
+                p.update_priorities(&td)
+            })?);
+            if batch == INSERT_N {
+                let mut new_rows = DeviceTransitions::alloc(&gpu.stream, INSERT_N, STATE_DIM)?;
+                new_rows.upload(&gpu.stream, &random_transitions(&mut rng, INSERT_N), STATE_DIM)?;
+                rows.extend(timing.both_modes(gpu, &mut per, "insert", capacity, INSERT_N, |p| {
+                    p.insert(&new_rows, INSERT_N)
+                })?);
+            }
+            gpu.synchronize()?;
+        }
+    }
+    Ok(rows)
+}
+
+struct Timing {
+    reps: usize,
+    warmup: usize,
+}
+
+impl Timing {
+    /// Time `work` eagerly, then captured once into a graph and replayed: two rows.
+    fn both_modes(
+        &self,
+        gpu: &Gpu,
+        per: &mut PerBuffer,
+        op: &str,
+        capacity: usize,
+        batch: usize,
+        mut work: impl FnMut(&mut PerBuffer) -> Result<()>,
+    ) -> Result<[BenchRow; 2]> {
+        let row = |mode: &str, samples: Vec<f64>| BenchRow {
+            op: op.to_string(),
+            capacity,
+            batch,
+            mode: mode.to_string(),
+            median_us: percentile(&samples, 0.5),
+            p10_us: percentile(&samples, 0.1),
+            p90_us: percentile(&samples, 0.9),
+            reps: samples.len(),
+        };
+        for _ in 0..self.warmup {
+            work(per)?;
+        }
+        gpu.synchronize()?;
+        let eager = time_us(gpu, self.reps, || work(per))?;
+
+        let graph = capture(gpu, || work(per))?;
+        for _ in 0..self.warmup {
+            graph.launch()?;
+        }
+        gpu.synchronize()?;
+        let replayed = time_us(gpu, self.reps, || Ok(graph.launch()?))?;
+        Ok([row("eager", eager), row("graph", replayed)])
+    }
+}
+
+/// `reps` samples of `work` on `gpu.stream`, in microseconds between two CUDA events, sorted.
+fn time_us(gpu: &Gpu, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+    let start = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        start.record(&gpu.stream)?;
+        work()?;
+        end.record(&gpu.stream)?;
+        end.synchronize()?;
+        samples.push(f64::from(start.elapsed_ms(&end)?) * 1e3);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples)
+}
+
+/// Capture the launches of `body` on `gpu.stream` into an instantiated graph. The capture
+/// is always ended, also when `body` fails, so the stream is left usable.
+fn capture(gpu: &Gpu, body: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
+    gpu.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let captured = body();
+    let graph = gpu.stream.end_capture(CUgraphInstantiate_flags(0));
+    captured?;
+    graph?.ok_or_else(|| Error::Graph { name: "bench", why: "capture recorded no work".into() })
+}
+
+/// Linear interpolation between the closest ranks of sorted, non-empty `sorted`.
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// Fill `per` to capacity with random transitions, then give about 63% of the slots a random
+/// priority (C / B random batches updated with `td`), so the sum tree is far from uniform.
+fn fill_and_skew(per: &mut PerBuffer, td: &CudaSlice<f32>, rng: &mut ChaCha8Rng) -> Result<()> {
+    let (capacity, batch) = (per.config().capacity, per.config().batch);
+    let mut filled = 0;
+    while filled < capacity {
+        let n = MAX_INSERT.min(capacity - filled);
+        per.insert_host(&random_transitions(rng, n))?;
+        filled += n;
+    }
+    let c32 = capacity as u32;
+    let mut indices = vec![0u32; batch];
+    for _ in 0..capacity / batch {
+        indices.iter_mut().for_each(|i| *i = rng.gen_range(0..c32));
+        per.set_indices(&indices)?;
+        per.update_priorities(td)?;
+    }
+    Ok(())
+}
+
+/// `n` transitions of random, non-zero content (done is 1 for about 5% of them).
+fn random_transitions(rng: &mut ChaCha8Rng, n: usize) -> Transitions {
+    let mut t = Transitions::zeros(n, STATE_DIM);
+    t.states.iter_mut().chain(t.next_states.iter_mut()).for_each(|x| *x = rng.gen_range(-1.0..1.0));
+    t.actions.iter_mut().for_each(|a| *a = rng.gen_range(0..ACTION_BRANCHES as i32));
+    t.rewards.iter_mut().for_each(|r| *r = rng.gen_range(-1.0..1.0));
+    t.dones.iter_mut().for_each(|d| *d = if rng.gen_bool(0.05) { 1.0 } else { 0.0 });
+    t
+}
+
+/// `n` random positive |td| values spanning four orders of magnitude.
+fn random_td(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| 10f32.powf(rng.gen_range(-3.0..1.0))).collect()
+}
+
+/// An aligned text table: one line per row, after a header.
+pub fn format_table(rows: &[BenchRow]) -> String {
+    let header = ["op", "capacity", "batch", "mode", "median_us", "p10_us", "p90_us", "reps"];
+    let cells: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.op.clone(),
+                r.capacity.to_string(),
+                r.batch.to_string(),
+                r.mode.clone(),
+                format!("{:.2}", r.median_us),
+                format!("{:.2}", r.p10_us),
+                format!("{:.2}", r.p90_us),
+                r.reps.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |row: &[&str]| {
+        let mut text = String::new();
+        for (i, (c, w)) in row.iter().zip(widths).enumerate() {
+            // Text columns (op, mode) left-aligned, numbers right-aligned.
+            let sep = if i == 0 { "" } else { "  " };
+            if i == 0 || i == 3 {
+                let _ = write!(text, "{sep}{c:<w$}");
+            } else {
+                let _ = write!(text, "{sep}{c:>w$}");
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&header);
+    for row in &cells {
+        line(&row.each_ref().map(String::as_str));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_between_ranks() {
+        let s = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile(&s, 0.5), 2.5);
+        assert_eq!(percentile(&s, 0.0), 1.0);
+        assert_eq!(percentile(&s, 1.0), 4.0);
+        assert!((percentile(&s, 0.1) - 1.3).abs() < 1e-12);
+        assert_eq!(percentile(&[7.0], 0.9), 7.0);
+    }
+
+    #[test]
+    fn table_has_a_header_and_one_aligned_line_per_row() {
+        let row = |op: &str, mode: &str, median_us| BenchRow {
+            op: op.into(),
+            capacity: 1 << 20,
+            batch: 1024,
+            mode: mode.into(),
+            median_us,
+            p10_us: 1.0,
+            p90_us: 123.456,
+            reps: 100,
+        };
+        let t = format_table(&[row("sample", "eager", 12.5), row("sample+gather+update", "graph", 3.25)]);
+        let lines: Vec<&str> = t.lines().collect();
+        println!("{t}");
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("op"));
+        assert!(lines[2].starts_with("sample+gather+update   1048576"));
+        assert_eq!(lines[1].len(), lines[2].len());
+        assert!(lines[1].contains("12.50") && lines[2].contains("123.46"));
+    }
+}

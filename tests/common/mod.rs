@@ -1,0 +1,53 @@
+//! Shared pieces of the integration tests: the device, the comparator assertion, the
+//! property-test runner and strategies.
+#![allow(dead_code)]
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use tallyho::parity::PerCase;
+use tallyho::Gpu;
+use tallyho_oracle::Comparison;
+
+/// The GPU, or a failure that says why there is none: a GPU test never passes without one.
+pub fn gpu() -> Gpu {
+    Gpu::new().unwrap_or_else(|e| panic!("this GPU test needs a CUDA device: {e}"))
+}
+
+/// Every comparison passed; otherwise fail with the first failure of each output.
+#[track_caller]
+pub fn assert_all(comparisons: &[Comparison]) {
+    let failures: Vec<String> = comparisons.iter().filter_map(|c| c.check().err()).collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(!comparisons.is_empty(), "no output was compared");
+}
+
+/// A property runner: PROPTEST_CASES scales the case count; failures persist next to the test.
+pub fn runner(source_file: &'static str) -> TestRunner {
+    TestRunner::new(Config { source_file: Some(source_file), ..Config::default() })
+}
+
+/// Replay cases: batch 1..=1100 (past one block), capacity 4B + 0..3000, width 1..=40.
+pub fn per_cases() -> impl Strategy<Value = PerCase> {
+    (1usize..=1100, 0usize..3000, 1usize..=40, any::<u64>()).prop_map(|(batch, extra, state_dim, seed)| PerCase {
+        capacity: 4 * batch + extra,
+        state_dim,
+        batch,
+        seed,
+    })
+}
+
+/// Run `check` on every generated case; a failed comparison fails the property with its text.
+pub fn check_property(
+    source_file: &'static str,
+    check: impl Fn(&PerCase) -> tallyho::Result<Vec<Comparison>>,
+) {
+    runner(source_file)
+        .run(&per_cases(), |case| {
+            let comparisons = check(&case).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            for c in &comparisons {
+                c.check().map_err(TestCaseError::fail)?;
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
