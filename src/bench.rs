@@ -292,7 +292,6 @@ mod tests {
         };
         let t = format_table(&[row("sample", "eager", 12.5), row("sample+gather+update", "graph", 3.25)]);
         let lines: Vec<&str> = t.lines().collect();
-        println!("{t}");
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("op"));
         assert!(lines[2].starts_with("sample+gather+update   1048576"));

@@ -33,6 +33,6 @@ pub enum Error {
     Graph { name: &'static str, why: String },
     #[error("fixture {0}")]
     Fixture(String),
-    #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    #[error("{what}: {err}")]
+    Io { what: String, err: std::io::Error },
 }

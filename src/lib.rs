@@ -3,11 +3,13 @@
 
 pub mod bench;
 pub mod error;
+pub mod fixtures;
 pub mod graph;
 pub mod parity;
 pub mod philox;
 pub mod replay;
 pub mod runtime;
+pub mod verify;
 
 pub use error::{Error, Result};
 pub use runtime::Gpu;

@@ -1,1 +1,178 @@
-fn main(){}
+//! The tallyho command line.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use tallyho::fixtures::{self, Replayer};
+use tallyho::Gpu;
+
+#[derive(Parser)]
+#[command(name = "tallyho", version, about = "GPU-resident DQN trainer whose every kernel is checked against a CPU oracle")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the GPU-vs-oracle parity matrix and print a table; exits non-zero on any failure.
+    Verify {
+        /// Random cases per replay kernel.
+        #[arg(long, default_value_t = 20)]
+        cases: usize,
+        /// Seed of the random cases.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Fixture folder to replay through the kernels as well.
+        #[arg(long, default_value_os_t = fixtures::default_dir())]
+        fixtures: PathBuf,
+        /// Write the report as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write the report as Markdown here.
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+    },
+    /// Benchmarks on the GPU.
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
+    /// Record (GPU) or check (CPU oracle, or --gpu) the golden fixtures.
+    Fixtures {
+        #[command(subcommand)]
+        action: FixturesAction,
+    },
+    /// Compile every kernel with NVRTC for an architecture (no GPU needed).
+    Kernels {
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
+    },
+    /// What this machine offers: driver, NVRTC, device.
+    Info,
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Prioritized replay: sample (with IS weights) and insert, eager and graph-replayed.
+    Per {
+        #[arg(long, default_value_t = 200)]
+        reps: usize,
+        #[arg(long, default_value_t = 20)]
+        warmup: usize,
+        /// Smallest sizes only, few repetitions: a smoke run.
+        #[arg(long)]
+        quick: bool,
+        /// Write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum FixturesAction {
+    /// Run the recorded scenario on the GPU and write fixtures (safetensors + manifest).
+    Record {
+        #[arg(long, default_value_os_t = fixtures::default_dir())]
+        dir: PathBuf,
+    },
+    /// Replay the fixtures through the oracle (or the kernels with --gpu) and compare.
+    Check {
+        #[arg(long, default_value_os_t = fixtures::default_dir())]
+        dir: PathBuf,
+        #[arg(long)]
+        gpu: bool,
+    },
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn write(path: &PathBuf, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Verify { cases, seed, fixtures: dir, json, markdown } => {
+            if cases == 0 {
+                bail!("--cases 0 checks nothing: give at least 1");
+            }
+            let gpu = Gpu::new().context("tallyho verify runs the kernels on a GPU")?;
+            eprintln!("verify on {} (driver {}, {}), {cases} cases per kernel, seed {seed}", gpu.name(), gpu.driver_version(), gpu.arch());
+            let report = tallyho::verify::run(&gpu, cases, seed, &dir, |what| eprintln!("  checking {what}"))?;
+            if let Some(p) = json {
+                write(&p, &serde_json::to_string_pretty(&report)?)?;
+            }
+            if let Some(p) = markdown {
+                write(&p, &tallyho::verify::markdown(&report))?;
+            }
+            print!("{}", tallyho::verify::text_table(&report));
+            let failed = report.rows.iter().filter(|r| !r.passed).count();
+            if failed > 0 {
+                bail!("{failed} of {} kernel outputs failed parity", report.rows.len());
+            }
+            println!("all {} kernel outputs within tolerance", report.rows.len());
+        }
+        Command::Bench { what: BenchWhat::Per { reps, warmup, quick, json } } => {
+            let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
+            eprintln!("bench per on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
+            let rows = tallyho::bench::bench_per(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
+            if let Some(p) = json {
+                write(&p, &serde_json::to_string_pretty(&rows)?)?;
+            }
+            print!("{}", tallyho::bench::format_table(&rows));
+        }
+        Command::Fixtures { action: FixturesAction::Record { dir } } => {
+            let gpu = Gpu::new().context("recording fixtures runs the kernels on a GPU")?;
+            let m = fixtures::record(&gpu, &dir)?;
+            println!("recorded {} kernels on {} (driver {}) into {}", m.kernels.len(), m.device, m.driver, dir.display());
+            let pairs = fixtures::check(&dir, Replayer::Oracle)?;
+            report_fixture_check(&pairs)?;
+        }
+        Command::Fixtures { action: FixturesAction::Check { dir, gpu } } => {
+            let pairs = if gpu {
+                let g = Gpu::new().context("fixtures check --gpu runs the kernels")?;
+                fixtures::check(&dir, Replayer::Gpu(&g))?
+            } else {
+                fixtures::check(&dir, Replayer::Oracle)?
+            };
+            report_fixture_check(&pairs)?;
+        }
+        Command::Kernels { arch } => {
+            let arch: &'static str = Box::leak(arch.into_boxed_str());
+            for k in tallyho::runtime::KERNELS {
+                tallyho::runtime::compile(k, arch)?;
+                println!("compiled cuda/{}.cu for {arch}: {}", k.name, k.entry_points.join(", "));
+            }
+        }
+        Command::Info => {
+            println!("CUDA driver library: {}", if tallyho::runtime::driver_present() { "found" } else { "not found" });
+            println!("NVRTC library:       {}", if tallyho::runtime::nvrtc_present() { "found" } else { "not found" });
+            match Gpu::new() {
+                Ok(g) => println!("device 0:            {} ({}, driver {})", g.name(), g.arch(), g.driver_version()),
+                Err(e) => println!("device:              none ({e})"),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn report_fixture_check(pairs: &[(String, tallyho_oracle::Comparison)]) -> Result<()> {
+    let failed: Vec<String> = pairs.iter().filter_map(|(k, c)| c.check().err().map(|e| format!("{k}: {e}"))).collect();
+    let kernels: std::collections::BTreeSet<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
+    for k in &kernels {
+        let n = pairs.iter().filter(|(kk, _)| kk == k).count();
+        let bad = pairs.iter().filter(|(kk, c)| kk == k && !c.passed()).count();
+        println!("{k:<24} {n:>3} outputs  {}", if bad == 0 { "pass".to_string() } else { format!("{bad} FAIL") });
+    }
+    if !failed.is_empty() {
+        bail!("{} fixture outputs out of tolerance:\n{}", failed.len(), failed.join("\n"));
+    }
+    println!("fixtures: {} outputs of {} kernels reproduce the recorded GPU results", pairs.len(), kernels.len());
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! `tallyho verify`: the parity matrix on the GPU. Every kernel runs on fresh random
+//! inputs against the oracle (the same checks as the property tests, from `parity`), and
+//! on the recorded fixtures against their recorded outputs; one row per kernel output.
+
+use crate::error::Result;
+use crate::fixtures::{self, Replayer};
+use crate::parity::{self, PerCase};
+use crate::runtime::Gpu;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use tallyho_oracle::Comparison;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub kernel: String,
+    pub output: String,
+    pub cases: usize,
+    pub elements: usize,
+    pub max_abs: f64,
+    pub max_rel: f64,
+    pub max_ulp: u64,
+    pub tolerance: String,
+    pub passed: bool,
+    pub first_failure: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub device: String,
+    pub driver: String,
+    pub seed: u64,
+    pub rows: Vec<Row>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.rows.iter().all(|r| r.passed)
+    }
+}
+
+/// Accumulates comparisons into rows keyed by (kernel, output).
+#[derive(Default)]
+struct Matrix {
+    rows: BTreeMap<(String, String), (usize, Comparison)>,
+    order: Vec<(String, String)>,
+}
+
+impl Matrix {
+    fn add(&mut self, kernel: &str, comparisons: Vec<Comparison>) {
+        for c in comparisons {
+            let key = (kernel.to_string(), c.output.clone());
+            match self.rows.get_mut(&key) {
+                Some((n, acc)) => {
+                    *n += 1;
+                    acc.merge(&c);
+                }
+                None => {
+                    self.order.push(key.clone());
+                    self.rows.insert(key, (1, c));
+                }
+            }
+        }
+    }
+
+    fn into_rows(mut self) -> Vec<Row> {
+        self.order
+            .iter()
+            .filter_map(|key| self.rows.remove(key).map(|(cases, c)| (key, cases, c)))
+            .map(|((kernel, _), cases, c)| Row {
+                kernel: kernel.clone(),
+                output: c.output.clone(),
+                cases,
+                elements: c.len,
+                max_abs: c.max_abs,
+                max_rel: c.max_rel,
+                max_ulp: c.max_ulp,
+                tolerance: c.tolerance.describe(),
+                passed: c.passed(),
+                first_failure: c.check().err(),
+            })
+            .collect()
+    }
+}
+
+/// Run `cases` random cases of every kernel, seeded by `seed`, and the fixtures in `fixture_dir`.
+pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: impl Fn(&str)) -> Result<Report> {
+    gpu.load_all()?;
+    let mut m = Matrix::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    progress("philox");
+    for (i, n) in [1, 3, 50, 783, 4096, 100_003].into_iter().enumerate() {
+        m.add("philox", parity::check_philox(gpu, n, seed.wrapping_add(i as u64))?);
+    }
+    for i in 0..cases {
+        progress(&format!("replay case {}/{cases}", i + 1));
+        let case = PerCase::random(&mut rng);
+        m.add("per_insert", parity::check_per_insert(gpu, &case, case.batch * 3 / 2 + 1)?);
+        m.add("per_sample", parity::check_per_sample(gpu, &case)?);
+        m.add("per_gather", parity::check_per_gather(gpu, &case)?);
+        m.add("per_update_priorities", parity::check_per_update_priorities(gpu, &case)?);
+    }
+    progress("fixtures");
+    match fixtures::check(fixture_dir, Replayer::Gpu(gpu)) {
+        Ok(pairs) => {
+            for (kernel, c) in pairs {
+                m.add(&format!("{kernel} (fixture)"), vec![c]);
+            }
+        }
+        Err(e) => {
+            let mut c = tallyho_oracle::compare_exact::<u32>("recorded outputs", &[1], &[0]);
+            c.output = format!("fixtures: {e}");
+            m.add("fixtures", vec![c]);
+        }
+    }
+    Ok(Report { device: gpu.name(), driver: gpu.driver_version(), seed, rows: m.into_rows() })
+}
+
+fn table(report: &Report, markdown: bool) -> String {
+    let head = ["kernel", "output", "cases", "elements", "max abs", "max rel", "max ULP", "tolerance", "verdict"];
+    let body: Vec<[String; 9]> = report
+        .rows
+        .iter()
+        .map(|r| {
+            [
+                r.kernel.clone(),
+                r.output.clone(),
+                r.cases.to_string(),
+                r.elements.to_string(),
+                format!("{:.2e}", r.max_abs),
+                format!("{:.2e}", r.max_rel),
+                r.max_ulp.to_string(),
+                r.tolerance.clone(),
+                if r.passed { "pass".into() } else { "FAIL".into() },
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for row in &body {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, &w)| format!("{c:<w$}")).collect();
+        if markdown {
+            format!("| {} |\n", padded.join(" | "))
+        } else {
+            format!("{}\n", padded.join("  ").trim_end())
+        }
+    };
+    let mut s = line(head.to_vec());
+    if markdown {
+        s += &line(widths.iter().map(|&w| "-".repeat(w)).collect::<Vec<_>>().iter().map(|x| x.as_str()).collect());
+    }
+    for row in &body {
+        s += &line(row.iter().map(|c| c.as_str()).collect());
+    }
+    s
+}
+
+pub fn text_table(report: &Report) -> String {
+    let mut s = table(report, false);
+    for r in report.rows.iter().filter(|r| !r.passed) {
+        s += &format!("FAIL {} {}: {}\n", r.kernel, r.output, r.first_failure.as_deref().unwrap_or(""));
+    }
+    s
+}
+
+pub fn markdown(report: &Report) -> String {
+    format!(
+        "# tallyho verify\n\nDevice: {} (driver {}), seed {}\n\n{}",
+        report.device,
+        report.driver,
+        report.seed,
+        table(report, true)
+    )
+}
