@@ -53,15 +53,24 @@ fn a_changed_kernel_source_makes_its_fixture_stale_with_the_command_to_re_record
 
 #[test]
 fn a_tampered_fixture_output_fails_the_oracle_replay() {
+    use safetensors::tensor::{SafeTensors, TensorView};
     let dir = temp_copy_of_fixtures("tampered");
-    // Flip one byte near the end of the sample fixture's data (the last tensor's payload).
+    // Change one recorded sample index: the oracle replay must notice.
     let path = dir.join("per_sample.safetensors");
-    let mut bytes = std::fs::read(&path).unwrap();
-    let n = bytes.len();
-    bytes[n - 2] ^= 0x40;
-    std::fs::write(&path, bytes).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> =
+        st.tensors().into_iter().map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec())).collect();
+    let (_, _, _, data) = tensors.iter_mut().find(|(n, ..)| n == "0/out/indices").unwrap();
+    let first = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+    data[..4].copy_from_slice(&((first + 1) % 96).to_le_bytes());
+    let views: Vec<(String, TensorView)> =
+        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    std::fs::write(&path, safetensors::serialize(views, &None).unwrap()).unwrap();
     let pairs = fixtures::check(&dir, Replayer::Oracle).unwrap();
-    assert!(pairs.iter().any(|(k, c)| k == "per_sample" && !c.passed()), "a changed recorded output went unnoticed");
+    let bad: Vec<_> = pairs.iter().filter(|(_, c)| !c.passed()).collect();
+    assert_eq!(bad.len(), 1, "exactly the tampered output must fail: {bad:?}");
+    assert_eq!((bad[0].0.as_str(), bad[0].1.output.as_str()), ("per_sample", "indices"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
