@@ -163,6 +163,25 @@ impl PerBuffer {
     /// `per_insert` of the first `n` rows of `rows`: ring write with max priority, tree
     /// refresh, cursor and size advance. Two launches, no host synchronization.
     pub fn insert(&mut self, rows: &DeviceTransitions, n: usize) -> Result<()> {
+        self.insert_from(Some(rows), n)
+    }
+
+    /// Upload `t` to the staging rows and insert it (host data: not for the hot path).
+    pub fn insert_host(&mut self, t: &Transitions) -> Result<()> {
+        let n = t.len();
+        if n > self.staging.rows {
+            return Err(Error::Usage(format!(
+                "insert of {n} host transitions exceeds the staging rows {} given at construction",
+                self.staging.rows
+            )));
+        }
+        self.staging.upload(&self.stream, t, self.cfg.state_dim)?;
+        self.insert_from(None, n)
+    }
+
+    /// Insert from `rows`, or from the staging rows when `None`.
+    fn insert_from(&mut self, rows: Option<&DeviceTransitions>, n: usize) -> Result<()> {
+        let rows = rows.unwrap_or(&self.staging);
         if n == 0 || n > rows.rows || n > self.cfg.capacity {
             return Err(Error::Usage(format!(
                 "insert of {n} transitions: must be 1..={} (rows given) and at most the capacity {}",
@@ -170,6 +189,7 @@ impl PerBuffer {
             )));
         }
         let (n32, c32, s32) = (n as u32, self.cfg.capacity as u32, self.cfg.state_dim as u32);
+        let leaves = self.cfg.leaves() as u32;
         let width = self.cfg.state_dim.max(ACTION_BRANCHES);
         let mut b = self.stream.launch_builder(&self.k.insert_rows);
         b.arg(&self.ctl)
@@ -190,7 +210,6 @@ impl PerBuffer {
         // is 4 u32 words laid out as struct PerCtl; inputs hold >= n rows (checked above),
         // the store holds C rows of width S / 3.
         unsafe { b.launch(grid_stride(n * width)) }?;
-        let leaves = self.leaves();
         let mut b = self.stream.launch_builder(&self.k.insert_tree);
         b.arg(&mut self.ctl).arg(&mut self.tree).arg(&leaves).arg(&n32).arg(&c32);
         // SAFETY: follows per_insert_tree's signature; the tree holds 2 * leaves floats and
@@ -198,21 +217,6 @@ impl PerBuffer {
         unsafe { b.launch(one_block(n)) }?;
         self.inserted += n as u64;
         Ok(())
-    }
-
-    /// Upload `t` to the staging rows and insert it (host data: not for the hot path).
-    pub fn insert_host(&mut self, t: &Transitions) -> Result<()> {
-        let n = t.len();
-        if n > self.staging.rows {
-            return Err(Error::Usage(format!(
-                "insert of {n} host transitions exceeds the staging rows {} given at construction",
-                self.staging.rows
-            )));
-        }
-        let mut staging = std::mem::replace(&mut self.staging, DeviceTransitions::alloc(&self.stream, 1, 1)?);
-        let r = staging.upload(&self.stream, t, self.cfg.state_dim).and_then(|_| self.insert(&staging, n));
-        self.staging = staging;
-        r
     }
 
     /// `per_sample`: indices and importance weights of B transitions; advances the sample step.
