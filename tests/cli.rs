@@ -2,8 +2,10 @@
 
 use std::process::Command;
 
+/// The binary under test: nextest names it at run time (also in an archive run elsewhere).
 fn tallyho(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tallyho")).args(args).output().expect("run tallyho");
+    let bin = std::env::var_os("NEXTEST_BIN_EXE_tallyho").unwrap_or_else(|| env!("CARGO_BIN_EXE_tallyho").into());
+    let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| panic!("run {bin:?}: {e}"));
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
