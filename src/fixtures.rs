@@ -8,7 +8,7 @@
 //! `<call>/<in|out>/<name>` (e.g. `2/in/tree`).
 
 use crate::error::{Error, Result};
-use crate::parity::{random_transitions, sum_tree_build};
+use crate::parity::{compare_states, compare_transitions, random_transitions, sum_tree_build};
 use crate::replay::PerBuffer;
 use crate::runtime::{kernel_source, Gpu};
 use rand::{Rng, SeedableRng};
@@ -360,7 +360,7 @@ fn replay_oracle(r: &Recorded, cfg: &PerConfig) -> Result<Vec<Comparison>> {
         "per_insert" => {
             let mut want = r.state("in", cfg)?;
             per::per_insert(&mut want, &r.transitions("in", "batch")?);
-            crate::parity::compare_states(&r.state("out", cfg)?, &want)
+            compare_states(&r.state("out", cfg)?, &want)
         }
         "per_sample" => {
             let mut want = r.state("in", cfg)?;
@@ -373,15 +373,7 @@ fn replay_oracle(r: &Recorded, cfg: &PerConfig) -> Result<Vec<Comparison>> {
         }
         "per_gather" => {
             let st = r.state("in", cfg)?;
-            let want = per::per_gather(&st, &valid_indices(r, cfg)?);
-            let got = r.transitions("out", "batch")?;
-            vec![
-                compare_bitwise("states", &got.states, &want.states),
-                compare_bitwise("next_states", &got.next_states, &want.next_states),
-                compare_exact("actions", &got.actions, &want.actions),
-                compare_bitwise("rewards", &got.rewards, &want.rewards),
-                compare_bitwise("dones", &got.dones, &want.dones),
-            ]
+            compare_transitions(&r.transitions("out", "batch")?, &per::per_gather(&st, &valid_indices(r, cfg)?))
         }
         "per_update_priorities" => {
             let before = r.state("in", cfg)?;
@@ -429,7 +421,7 @@ fn replay_gpu(gpu: &Gpu, r: &Recorded, cfg: &PerConfig) -> Result<Vec<Comparison
         "per_insert" => {
             buf.upload_state(&r.state("in", cfg)?)?;
             buf.insert_host(&r.transitions("in", "batch")?)?;
-            crate::parity::compare_states(&buf.download_state()?, &r.state("out", cfg)?)
+            compare_states(&buf.download_state()?, &r.state("out", cfg)?)
         }
         "per_sample" => {
             buf.upload_state(&r.state("in", cfg)?)?;
@@ -447,15 +439,7 @@ fn replay_gpu(gpu: &Gpu, r: &Recorded, cfg: &PerConfig) -> Result<Vec<Comparison
             buf.poison_outputs()?;
             buf.set_indices(&valid_indices(r, cfg)?)?;
             buf.gather()?;
-            let got = buf.batch.download(&gpu.stream)?;
-            let want = r.transitions("out", "batch")?;
-            vec![
-                compare_bitwise("states", &got.states, &want.states),
-                compare_bitwise("next_states", &got.next_states, &want.next_states),
-                compare_exact("actions", &got.actions, &want.actions),
-                compare_bitwise("rewards", &got.rewards, &want.rewards),
-                compare_bitwise("dones", &got.dones, &want.dones),
-            ]
+            compare_transitions(&buf.batch.download(&gpu.stream)?, &r.transitions("out", "batch")?)
         }
         "per_update_priorities" => {
             buf.upload_state(&r.state("in", cfg)?)?;

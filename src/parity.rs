@@ -92,18 +92,24 @@ fn leaves_of(tree: &[f32]) -> &[f32] {
     &tree[tree.len() / 2..]
 }
 
+/// Two sets of transitions compared bitwise, one comparison per field.
+pub fn compare_transitions(got: &Transitions, want: &Transitions) -> Vec<Comparison> {
+    vec![
+        compare_bitwise("states", &got.states, &want.states),
+        compare_bitwise("next_states", &got.next_states, &want.next_states),
+        compare_exact("actions", &got.actions, &want.actions),
+        compare_bitwise("rewards", &got.rewards, &want.rewards),
+        compare_bitwise("dones", &got.dones, &want.dones),
+    ]
+}
+
 /// The whole replay state compared bitwise.
 pub fn compare_states(got: &PerState, want: &PerState) -> Vec<Comparison> {
     let w = |c: &per::PerCtl| vec![c.cursor, c.size, c.sample_step, c.max_priority.to_bits()];
-    vec![
-        compare_bitwise("states", &got.store.states, &want.store.states),
-        compare_bitwise("next_states", &got.store.next_states, &want.store.next_states),
-        compare_exact("actions", &got.store.actions, &want.store.actions),
-        compare_bitwise("rewards", &got.store.rewards, &want.store.rewards),
-        compare_bitwise("dones", &got.store.dones, &want.store.dones),
-        compare_bitwise("tree", &got.tree, &want.tree),
-        compare_exact("ctl", &w(&got.ctl), &w(&want.ctl)),
-    ]
+    let mut c = compare_transitions(&got.store, &want.store);
+    c.push(compare_bitwise("tree", &got.tree, &want.tree));
+    c.push(compare_exact("ctl", &w(&got.ctl), &w(&want.ctl)));
+    c
 }
 
 /// `philox_kat` on `n` random counters and keys against the oracle, exactly.
@@ -169,14 +175,7 @@ pub fn check_per_gather(gpu: &Gpu, case: &PerCase) -> Result<Vec<Comparison>> {
     buf.set_indices(&indices)?;
     buf.gather()?;
     let got = buf.batch.download(&gpu.stream)?;
-    let want = per::per_gather(&st, &indices);
-    Ok(vec![
-        compare_bitwise("states", &got.states, &want.states),
-        compare_bitwise("next_states", &got.next_states, &want.next_states),
-        compare_exact("actions", &got.actions, &want.actions),
-        compare_bitwise("rewards", &got.rewards, &want.rewards),
-        compare_bitwise("dones", &got.dones, &want.dones),
-    ])
+    Ok(compare_transitions(&got, &per::per_gather(&st, &indices)))
 }
 
 /// `per_update_priorities` of `indices` with `td_abs` on `st`: leaves within PER_PRIORITY
