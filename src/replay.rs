@@ -135,6 +135,25 @@ impl PerBuffer {
             update: gpu.function("per_update_priorities", "per_update_priorities")?,
         };
         let ctl = s.clone_htod(&ctl_words(&PerCtl::default()))?;
+        Self::allocate(s, cfg, max_insert, k, ctl).map_err(|e| match e {
+            Error::Driver(d) if d.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::Usage(format!(
+                "out of device memory allocating a replay buffer of capacity {} x state width {} (~{} MB): \
+                 lower --capacity or free the device",
+                cfg.capacity,
+                cfg.state_dim,
+                Self::device_bytes(cfg, max_insert) >> 20
+            )),
+            other => other,
+        })
+    }
+
+    /// Device bytes a buffer of `cfg` allocates.
+    pub fn device_bytes(cfg: &PerConfig, max_insert: usize) -> usize {
+        let row = (2 * cfg.state_dim + ACTION_BRANCHES + 2) * 4;
+        (cfg.capacity + max_insert + cfg.batch) * row + 2 * cfg.leaves() * 4 + cfg.capacity * 4 + cfg.batch * 8
+    }
+
+    fn allocate(s: &Arc<CudaStream>, cfg: &PerConfig, max_insert: usize, k: Kernels, ctl: CudaSlice<u32>) -> Result<Self> {
         Ok(PerBuffer {
             cfg: cfg.clone(),
             stream: s.clone(),
