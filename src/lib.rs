@@ -2,6 +2,7 @@
 //! has a CPU reference in `tallyho-oracle` and is checked against it.
 
 pub mod bench;
+pub mod blas;
 pub mod error;
 pub mod fixtures;
 pub mod graph;

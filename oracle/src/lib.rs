@@ -7,6 +7,7 @@
 
 pub mod compare;
 pub mod config;
+pub mod gemm;
 pub mod kat;
 pub mod per;
 pub mod philox;

@@ -51,3 +51,18 @@ pub const PER_PRIORITY: Tolerance = Tolerance {
 /// GPU against the f64 oracle; float32 policy defaults.
 pub const PER_IS_WEIGHT: Tolerance =
     Tolerance::float32("double pow rounded once to float; float32 defaults of the numerics policy");
+
+/// The FlashAttention rule for reductions and GEMMs: the GPU's max error against the f64
+/// oracle may be at most `k = 2` times the max error of a float32 reference that sums in
+/// another order, plus a floor of one float ulp of the largest reference value (so that a
+/// reference that happens to be exact does not demand exactness).
+pub fn reduction_rule(f32_reference: &[f32], f64_oracle: &[f64]) -> Tolerance {
+    let ref_err = f32_reference.iter().zip(f64_oracle).map(|(&r, &o)| (f64::from(r) - o).abs()).fold(0.0, f64::max);
+    let scale = f64_oracle.iter().fold(0.0f64, |m, &o| m.max(o.abs()));
+    Tolerance {
+        atol: 2.0 * ref_err + scale * f64::from(f32::EPSILON),
+        rtol: 0.0,
+        exact: false,
+        reason: "FlashAttention rule: 2 x the max error of a float32 reference summing in reverse order",
+    }
+}
