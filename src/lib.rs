@@ -6,6 +6,7 @@ pub mod blas;
 pub mod error;
 pub mod fixtures;
 pub mod graph;
+pub mod optimizer;
 pub mod parity;
 pub mod philox;
 pub mod replay;

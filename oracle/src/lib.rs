@@ -11,6 +11,7 @@ pub mod gemm;
 pub mod kat;
 pub mod per;
 pub mod philox;
+pub mod qnet;
 pub mod tolerance;
 
 pub use compare::{compare_bitwise, compare_exact, compare_f32, Comparison};

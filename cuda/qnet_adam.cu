@@ -1,0 +1,25 @@
+// qnet_adam: Adam with bias correction (Kingma and Ba 2015; PyTorch Adam, no weight decay) on
+// the flat parameters, the gradient scaled by the clip scale, step t and scale read from the
+// device control block (t already advanced by qnet_grad_norm_finalize). Arithmetic in double,
+// each stored value rounded once to float. Oracle: qnet::adam_step after qnet::clip_grads.
+// Grid: grid-stride over n, any grid.
+#include "common/qnet.cuh"
+
+extern "C" __global__ void qnet_adam(float* __restrict__ p, const float* __restrict__ g,
+                                     float* __restrict__ m, float* __restrict__ v, unsigned long long n,
+                                     const OptCtl* __restrict__ ctl, float lr, float beta1, float beta2,
+                                     float eps) {
+    const double t = (double)ctl->step;
+    const double scale = ctl->scale;
+    const double b1 = beta1, b2 = beta2;
+    const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const double gi = (double)g[i] * scale;
+        const double mi = b1 * (double)m[i] + (1.0 - b1) * gi;
+        const double vi = b2 * (double)v[i] + (1.0 - b2) * gi * gi;
+        m[i] = (float)mi;
+        v[i] = (float)vi;
+        p[i] = (float)((double)p[i] - (double)lr * (mi / bc1) / (sqrt(vi / bc2) + (double)eps));
+    }
+}

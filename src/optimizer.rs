@@ -1,0 +1,161 @@
+//! The Q-network's optimizer on the device: global gradient norm (deterministic two-stage
+//! reduction), clipping, Adam with bias correction, and the target sync. Spec:
+//! tallyho_oracle::qnet (`grad_norm`, `clip_grads`, `adam_step`, `target_sync`). The step
+//! counter, the norm and the clip scale live in a device control block, so an update that
+//! ends in `step` can be captured in a graph and replayed.
+
+use crate::error::{Error, Result};
+use crate::runtime::{grid_stride, Gpu};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+use tallyho_oracle::qnet::QNetConfig;
+
+/// Blocks of the first reduction stage: a fixed count, so the summation order is fixed.
+pub const GRAD_NORM_BLOCKS: usize = 256;
+
+/// The host view of `struct OptCtl` (cuda/common/qnet.cuh).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OptCtl {
+    pub step: u32,
+    pub norm: f32,
+    pub scale: f64,
+}
+
+fn words(c: &OptCtl) -> [u32; 4] {
+    let s = c.scale.to_bits();
+    [c.step, c.norm.to_bits(), s as u32, (s >> 32) as u32]
+}
+
+fn of_words(w: &[u32]) -> OptCtl {
+    OptCtl { step: w[0], norm: f32::from_bits(w[1]), scale: f64::from_bits(u64::from(w[2]) | (u64::from(w[3]) << 32)) }
+}
+
+pub struct Optimizer {
+    stream: Arc<CudaStream>,
+    partial_k: CudaFunction,
+    finalize_k: CudaFunction,
+    adam_k: CudaFunction,
+    polyak_k: CudaFunction,
+    n: usize,
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    max_norm: f32,
+    partial: CudaSlice<f64>,
+    ctl: CudaSlice<u32>,
+    pub m: CudaSlice<f32>,
+    pub v: CudaSlice<f32>,
+}
+
+impl Optimizer {
+    /// Moments for `n` parameters, zero; step 0.
+    pub fn new(gpu: &Gpu, cfg: &QNetConfig, n: usize) -> Result<Self> {
+        if n == 0 {
+            return Err(Error::Usage("optimizer over 0 parameters: the network has none".into()));
+        }
+        let s = &gpu.stream;
+        Ok(Optimizer {
+            stream: s.clone(),
+            partial_k: gpu.function("qnet_grad_norm", "qnet_grad_norm_partial")?,
+            finalize_k: gpu.function("qnet_grad_norm", "qnet_grad_norm_finalize")?,
+            adam_k: gpu.function("qnet_adam", "qnet_adam")?,
+            polyak_k: gpu.function("qnet_target_sync", "qnet_target_sync_polyak")?,
+            n,
+            lr: cfg.lr,
+            beta1: cfg.adam_beta1,
+            beta2: cfg.adam_beta2,
+            eps: cfg.adam_eps,
+            max_norm: cfg.grad_clip,
+            partial: s.alloc_zeros(GRAD_NORM_BLOCKS)?,
+            ctl: s.clone_htod(&words(&OptCtl { step: 0, norm: 0.0, scale: 1.0 }))?,
+            m: s.alloc_zeros(n)?,
+            v: s.alloc_zeros(n)?,
+        })
+    }
+
+    fn check(&self, what: &str, len: usize) -> Result<()> {
+        if len != self.n {
+            return Err(Error::Usage(format!("{what} has {len} values, the optimizer was made for {}", self.n)));
+        }
+        Ok(())
+    }
+
+    /// `qnet_grad_norm`: norm, clip scale and step advance into the control block.
+    pub fn grad_norm(&mut self, grads: &CudaSlice<f32>) -> Result<()> {
+        self.check("gradient", grads.len())?;
+        let n = self.n as u64;
+        let blocks = GRAD_NORM_BLOCKS as u32;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let mut b = self.stream.launch_builder(&self.partial_k);
+        b.arg(grads).arg(&n).arg(&mut self.partial);
+        // SAFETY: qnet_grad_norm_partial(const float* g [n], u64 n, double* partial [blocks]);
+        // 256-thread blocks as its block_sum_256 requires, `blocks` = partial's length.
+        unsafe { b.launch(cfg) }?;
+        let mut b = self.stream.launch_builder(&self.finalize_k);
+        b.arg(&self.partial).arg(&blocks).arg(&self.max_norm).arg(&mut self.ctl);
+        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: qnet_grad_norm_finalize(const double* partial [blocks], u32 blocks, float,
+        // OptCtl* ctl): ctl is 4 u32 words = struct OptCtl {u32, f32, f64}; one 256-thread block.
+        unsafe { b.launch(one) }?;
+        Ok(())
+    }
+
+    /// `qnet_adam` with the step and clip scale of the last `grad_norm`.
+    pub fn adam(&mut self, params: &mut CudaSlice<f32>, grads: &CudaSlice<f32>) -> Result<()> {
+        self.check("parameters", params.len())?;
+        self.check("gradient", grads.len())?;
+        let n = self.n as u64;
+        let mut b = self.stream.launch_builder(&self.adam_k);
+        b.arg(params)
+            .arg(grads)
+            .arg(&mut self.m)
+            .arg(&mut self.v)
+            .arg(&n)
+            .arg(&self.ctl)
+            .arg(&self.lr)
+            .arg(&self.beta1)
+            .arg(&self.beta2)
+            .arg(&self.eps);
+        // SAFETY: follows qnet_adam's signature; p, g, m, v all hold n floats (checked).
+        unsafe { b.launch(grid_stride(self.n)) }?;
+        Ok(())
+    }
+
+    /// Norm, clip and Adam: the optimizer half of an update (three launches).
+    pub fn step(&mut self, params: &mut CudaSlice<f32>, grads: &CudaSlice<f32>) -> Result<()> {
+        self.grad_norm(grads)?;
+        self.adam(params, grads)
+    }
+
+    /// `qnet_target_sync`: one device-to-device copy, or the Polyak average with `tau`.
+    pub fn target_sync(&self, online: &CudaSlice<f32>, target: &mut CudaSlice<f32>, tau: Option<f32>) -> Result<()> {
+        self.check("online parameters", online.len())?;
+        self.check("target parameters", target.len())?;
+        match tau {
+            None => self.stream.memcpy_dtod(online, target)?,
+            Some(tau) => {
+                let n = self.n as u64;
+                let mut b = self.stream.launch_builder(&self.polyak_k);
+                b.arg(online).arg(target).arg(&n).arg(&tau);
+                // SAFETY: qnet_target_sync_polyak(const float* [n], float* [n], u64 n, float).
+                unsafe { b.launch(grid_stride(self.n)) }?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn ctl(&self) -> Result<OptCtl> {
+        Ok(of_words(&self.stream.clone_dtoh(&self.ctl)?))
+    }
+
+    /// Set the moments and step (tests, checkpoint resume).
+    pub fn set_state(&mut self, m: &[f32], v: &[f32], step: u32) -> Result<()> {
+        self.check("m", m.len())?;
+        self.check("v", v.len())?;
+        self.stream.memcpy_htod(m, &mut self.m)?;
+        self.stream.memcpy_htod(v, &mut self.v)?;
+        self.stream.memcpy_htod(&words(&OptCtl { step, norm: 0.0, scale: 1.0 }), &mut self.ctl)?;
+        Ok(())
+    }
+}
