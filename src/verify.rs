@@ -102,6 +102,14 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         m.add("per_gather", parity::check_per_gather(gpu, &case)?);
         m.add("per_update_priorities", parity::check_per_update_priorities(gpu, &case)?);
     }
+    progress("optimizer");
+    for (i, (n, scale)) in [(1, 3.0), (783, 20.0), (4096, 0.01), (1_000_003, 0.05)].into_iter().enumerate() {
+        m.add("qnet_grad_norm", parity::check_qnet_grad_norm(gpu, n, scale, seed.wrapping_add(100 + i as u64))?);
+    }
+    for (i, (n, step, g)) in [(3, 7, 50.0), (783, 0, 0.3), (100_003, 1234, 5.0)].into_iter().enumerate() {
+        m.add("qnet_adam", parity::check_qnet_adam(gpu, n, step, g, seed.wrapping_add(200 + i as u64))?);
+    }
+    m.add("qnet_target_sync", parity::check_qnet_target_sync(gpu, 4099, seed.wrapping_add(300))?);
     progress("fixtures");
     match fixtures::check(fixture_dir, Replayer::Gpu(gpu)) {
         Ok(pairs) => {
