@@ -114,6 +114,8 @@ fn check_backward_against_finite_differences(atoms: usize, b: usize, init_seed: 
 #[test]
 fn scalar_backward_matches_finite_differences_for_every_parameter() {
     check_backward_against_finite_differences(1, 1, 11, 3);
+    // Init seed 16: at this width (ah = 3) some seeds leave a whole advantage head dead on
+    // three rows (its biases all negative), which the non-vacuity check refuses.
     check_backward_against_finite_differences(1, 3, 16, 4);
 }
 
