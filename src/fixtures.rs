@@ -9,7 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::parity::{compare_states, compare_transitions, random_transitions, sum_tree_build};
-use crate::replay::PerBuffer;
+use crate::replay::{ctl_of_words, ctl_words, PerBuffer};
 use crate::runtime::{kernel_source, Gpu};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use tallyho_oracle::per::{self, PerCtl, PerState, Transitions};
+use tallyho_oracle::per::{self, PerState, Transitions};
 use tallyho_oracle::tolerance::{PER_IS_WEIGHT, PER_PRIORITY};
 use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, philox, Comparison, PerConfig};
 
@@ -120,10 +120,6 @@ impl Call {
     }
 }
 
-fn ctl_words(c: &PerCtl) -> [u32; 4] {
-    [c.cursor, c.size, c.sample_step, c.max_priority.to_bits()]
-}
-
 /// A recorded call, read back.
 struct Recorded<'a> {
     kernel: &'a str,
@@ -169,7 +165,7 @@ impl Recorded<'_> {
         let st = PerState {
             cfg: cfg.clone(),
             tree: self.f32(side, "tree")?,
-            ctl: PerCtl { cursor: w[0], size: w[1], sample_step: w[2], max_priority: f32::from_bits(w[3]) },
+            ctl: ctl_of_words(&w),
             store: self.transitions(side, "store")?,
         };
         let (c, s, l) = (cfg.capacity, cfg.state_dim, cfg.leaves());

@@ -105,10 +105,9 @@ pub fn compare_transitions(got: &Transitions, want: &Transitions) -> Vec<Compari
 
 /// The whole replay state compared bitwise.
 pub fn compare_states(got: &PerState, want: &PerState) -> Vec<Comparison> {
-    let w = |c: &per::PerCtl| vec![c.cursor, c.size, c.sample_step, c.max_priority.to_bits()];
     let mut c = compare_transitions(&got.store, &want.store);
     c.push(compare_bitwise("tree", &got.tree, &want.tree));
-    c.push(compare_exact("ctl", &w(&got.ctl), &w(&want.ctl)));
+    c.push(compare_exact("ctl", &crate::replay::ctl_words(&got.ctl), &crate::replay::ctl_words(&want.ctl)));
     c
 }
 
@@ -243,7 +242,8 @@ pub fn chi_square_critical(dof: usize, z: f64) -> f64 {
 pub const ONE_ULP: tallyho_oracle::Tolerance =
     tallyho_oracle::Tolerance { atol: 1e-30, rtol: 1.2e-7, exact: false, reason: "double arithmetic rounded once to float" };
 
-fn uniform(rng: &mut impl Rng, n: usize, scale: f32) -> Vec<f32> {
+/// `n` values uniform in [-scale, scale).
+pub fn uniform(rng: &mut impl Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.gen_range(-scale..scale)).collect()
 }
 

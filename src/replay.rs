@@ -108,11 +108,13 @@ pub struct PerBuffer {
     step_graph: GraphSlot,
 }
 
-fn ctl_words(c: &PerCtl) -> [u32; 4] {
+/// `PerCtl` as the four 32-bit words the device holds (max priority as float bits).
+pub fn ctl_words(c: &PerCtl) -> [u32; 4] {
     [c.cursor, c.size, c.sample_step, c.max_priority.to_bits()]
 }
 
-fn ctl_of_words(w: &[u32]) -> PerCtl {
+/// The inverse of [`ctl_words`]; `w` holds at least four words.
+pub fn ctl_of_words(w: &[u32]) -> PerCtl {
     PerCtl { cursor: w[0], size: w[1], sample_step: w[2], max_priority: f32::from_bits(w[3]) }
 }
 

@@ -4,16 +4,13 @@ mod common;
 
 mod gpu {
     use super::common::*;
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
+    use tallyho::parity::uniform;
     use rand_chacha::ChaCha8Rng;
     use tallyho::blas::{Blas, Layout};
     use tallyho_oracle::gemm::{gemm, gemm_f32_reversed};
     use tallyho_oracle::tolerance::reduction_rule;
     use tallyho_oracle::compare_f32;
-
-    fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
-        (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect()
-    }
 
     #[test]
     fn row_major_gemm_matches_the_oracle_for_every_transpose_and_odd_sizes() {
@@ -23,9 +20,9 @@ mod gpu {
         for &(m, n, k) in &[(1, 1, 1), (3, 50, 7), (50, 3, 783), (256, 612, 512), (783, 255, 33)] {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 let (lda, ldb) = (if ta { m } else { k } + 3, if tb { k } else { n } + 1);
-                let a = random(&mut rng, if ta { k } else { m } * lda);
-                let b = random(&mut rng, if tb { n } else { k } * ldb);
-                let c0 = random(&mut rng, m * n);
+                let a = uniform(&mut rng, if ta { k } else { m } * lda, 1.0);
+                let b = uniform(&mut rng, if tb { n } else { k } * ldb, 1.0);
+                let c0 = uniform(&mut rng, m * n, 1.0);
                 let (da, db) = (gpu.stream.clone_htod(&a).unwrap(), gpu.stream.clone_htod(&b).unwrap());
                 let mut dc = gpu.stream.clone_htod(&c0).unwrap();
                 let la = Layout { ld: lda, trans: ta };
@@ -50,8 +47,8 @@ mod gpu {
         let blas = Blas::new(&gpu.stream).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(8);
         let (m, n, k) = (50, 31, 20);
-        let x = random(&mut rng, m * k);
-        let w = random(&mut rng, 2 * k * n);
+        let x = uniform(&mut rng, m * k, 1.0);
+        let w = uniform(&mut rng, 2 * k * n, 1.0);
         let (dx, dw) = (gpu.stream.clone_htod(&x).unwrap(), gpu.stream.clone_htod(&w).unwrap());
         let mut dy = gpu.stream.alloc_zeros::<f32>(2 * m * n).unwrap();
         blas.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n, 0.0, &mut dy, n, m * n).unwrap();

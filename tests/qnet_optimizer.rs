@@ -6,17 +6,13 @@ mod common;
 
 mod gpu {
     use super::common::*;
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
     use tallyho::graph::GraphSlot;
     use tallyho::optimizer::Optimizer;
-    use tallyho::parity::{check_qnet_adam, check_qnet_grad_norm, check_qnet_target_sync};
+    use tallyho::parity::{check_qnet_adam, check_qnet_grad_norm, check_qnet_target_sync, uniform};
     use tallyho_oracle::qnet::QNetConfig;
     use tallyho_oracle::{compare_bitwise, compare_exact};
-
-    fn random(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| rng.gen_range(-scale..scale)).collect()
-    }
 
     #[test]
     fn grad_norm_and_clip_scale_match_the_oracle_and_advance_the_step() {
@@ -48,7 +44,7 @@ mod gpu {
         let mut rng = ChaCha8Rng::seed_from_u64(34);
         let n = 50_000;
         let cfg = QNetConfig::default();
-        let (p, g) = (random(&mut rng, n, 1.0), random(&mut rng, n, 30.0));
+        let (p, g) = (uniform(&mut rng, n, 1.0), uniform(&mut rng, n, 30.0));
         let dg = gpu.stream.clone_htod(&g).unwrap();
         let (mut pe, mut pg) = (gpu.stream.clone_htod(&p).unwrap(), gpu.stream.clone_htod(&p).unwrap());
         let (mut eager, mut graphed) = (Optimizer::new(&gpu, &cfg, n).unwrap(), Optimizer::new(&gpu, &cfg, n).unwrap());
