@@ -215,49 +215,90 @@ impl Layer {
     }
 }
 
-const TRUNK1: usize = 0;
-const TRUNK2: usize = 1;
-const VALUE1: usize = 2;
-const VALUE2: usize = 3;
-fn adv1(k: usize) -> usize {
-    4 + 2 * k
-}
-fn adv2(k: usize) -> usize {
-    5 + 2 * k
+/// The network's layers and the tensors of the flat buffer they live in.
+#[derive(Clone, Debug)]
+struct Net {
+    trunk1: Layer,
+    trunk2: Layer,
+    /// Every head's hidden layer as one: `h2 -> vh + K ah`, value columns first.
+    heads: Layer,
+    value_out: Layer,
+    adv_out: Vec<Layer>,
+    tensors: Vec<TensorView>,
 }
 
-/// The layers in buffer order: trunk 1, trunk 2, value 1, value 2, then per branch k
-/// advantage 1 and advantage 2.
-fn layers(cfg: &QNetConfig) -> Vec<Layer> {
-    let na = cfg.atoms;
-    let mut specs: Vec<(String, String, usize, usize)> = vec![
-        ("w1".into(), "b1".into(), cfg.state_dim, cfg.h1),
-        ("w2".into(), "b2".into(), cfg.h1, cfg.h2),
-        ("wv1".into(), "bv1".into(), cfg.h2, cfg.value_hidden),
-        ("wv2".into(), "bv2".into(), cfg.value_hidden, na),
-    ];
-    for (k, &n) in cfg.branches.iter().enumerate() {
-        specs.push((format!("wa1_{k}"), format!("ba1_{k}"), cfg.h2, cfg.adv_hidden));
-        specs.push((format!("wa2_{k}"), format!("ba2_{k}"), cfg.adv_hidden, n * na));
+/// Width of the heads' hidden layer: `vh + K ah` (value head first, then branch k at
+/// `vh + k ah`).
+pub fn hidden_width(cfg: &QNetConfig) -> usize {
+    cfg.value_hidden + cfg.num_branches() * cfg.adv_hidden
+}
+
+/// Column of each head's outputs in a head-output row: the value head's NA at 0, then branch
+/// k's `n_k NA`; the last entry is the row width `NA (1 + sum_k n_k)`.
+pub fn output_offsets(cfg: &QNetConfig) -> Vec<usize> {
+    let mut offsets = vec![0, cfg.atoms];
+    for &n in &cfg.branches {
+        offsets.push(offsets.last().copied().unwrap_or(0) + n * cfg.atoms);
     }
+    offsets
+}
+
+/// Width of a head-output row: `NA (1 + sum_k n_k)`.
+pub fn output_width(cfg: &QNetConfig) -> usize {
+    output_offsets(cfg).last().copied().unwrap_or(0)
+}
+
+fn net(cfg: &QNetConfig) -> Net {
+    let (na, hw, ow) = (cfg.atoms, hidden_width(cfg), output_width(cfg));
+    let mut tensors = Vec::new();
     let mut offset = 0;
     let mut view = |name: String, rows: usize, cols: usize| {
         let v = TensorView { name, offset, rows, cols };
         offset += rows * cols;
+        tensors.push(v.clone());
         v
     };
-    specs
-        .into_iter()
-        .map(|(w, b, fan_in, fan_out)| Layer { weight: view(w, fan_in, fan_out), bias: view(b, 1, fan_out) })
-        .collect()
+    let mut layer = |w: &str, b: &str, fan_in: usize, fan_out: usize| Layer {
+        weight: view(w.into(), fan_in, fan_out),
+        bias: view(b.into(), 1, fan_out),
+    };
+    let trunk1 = layer("w1", "b1", cfg.state_dim, cfg.h1);
+    let trunk2 = layer("w2", "b2", cfg.h1, cfg.h2);
+    let heads = layer("wh", "bh", cfg.h2, hw);
+    let wv2 = view("wv2".into(), cfg.value_hidden, na);
+    let wa2: Vec<TensorView> =
+        cfg.branches.iter().enumerate().map(|(k, &n)| view(format!("wa2_{k}"), cfg.adv_hidden, n * na)).collect();
+    let bo = view("bo".into(), 1, ow);
+    let offsets = output_offsets(cfg);
+    let bias = |k: usize, cols: usize| TensorView { name: "bo".into(), offset: bo.offset + offsets[k], rows: 1, cols };
+    let value_out = Layer { weight: wv2, bias: bias(0, na) };
+    let adv_out = wa2.into_iter().enumerate().map(|(k, w)| { let c = w.cols; Layer { weight: w, bias: bias(k + 1, c) } }).collect();
+    Net { trunk1, trunk2, heads, value_out, adv_out, tensors }
 }
 
 /// The tensors of the flat parameter buffer, contiguous, in this order:
-/// `w1 [S x h1]`, `b1 [h1]`, `w2 [h1 x h2]`, `b2 [h2]`, `wv1 [h2 x vh]`, `bv1 [vh]`,
-/// `wv2 [vh x NA]`, `bv2 [NA]`, then for each branch k = 0..K: `wa1_k [h2 x ah]`, `ba1_k [ah]`,
-/// `wa2_k [ah x n_k NA]`, `ba2_k [n_k NA]`. Column `j NA + z` of `wa2_k` is atom z of action j.
+///
+/// ```text
+/// w1 [S x h1]   b1 [h1]        trunk layer 1
+/// w2 [h1 x h2]  b2 [h2]        trunk layer 2
+/// wh [h2 x H]   bh [H]         every head's hidden layer, H = vh + K ah: value head in
+///                              columns [0, vh), branch k in [vh + k ah, vh + (k + 1) ah)
+/// wv2 [vh x NA]                value head output
+/// wa2_k [ah x n_k NA]          branch k's advantage output (column j NA + z: action j, atom z)
+/// bo [NA (1 + sum_k n_k)]      every head's output bias, at output_offsets
+/// ```
+///
+/// Each weight is followed by its bias where a layer reads one input, so `[w; b]` is one
+/// `(in + 1) x out` matrix: the GPU multiplies it by activations that carry a ones column and
+/// gets the bias, and its gradient, out of the same GEMM. The heads' hidden layers all read
+/// h2, so they are one matrix and one GEMM.
 pub fn layout(cfg: &QNetConfig) -> Vec<TensorView> {
-    layers(cfg).into_iter().flat_map(|l| [l.weight, l.bias]).collect()
+    net(cfg).tensors
+}
+
+/// The tensor called `name` in [`layout`].
+pub fn tensor(cfg: &QNetConfig, name: &str) -> Option<TensorView> {
+    layout(cfg).into_iter().find(|t| t.name == name)
 }
 
 /// Total number of parameters: the length of the flat buffer.
@@ -265,20 +306,31 @@ pub fn param_count(cfg: &QNetConfig) -> usize {
     layout(cfg).last().map_or(0, |t| t.offset + t.len())
 }
 
-/// PyTorch `nn.Linear`'s default scale: one `ChaCha8Rng::seed_from_u64(seed)` stream, the
-/// tensors in [`layout`] order, each element row-major `rng.gen_range(-bound..bound)` drawn as
-/// f64 and rounded to f32, with `bound = 1 / sqrt(fan_in)` and fan_in the rows of the layer's
-/// weight (a bias uses its layer's fan_in).
-pub fn init_params(cfg: &QNetConfig) -> Vec<f32> {
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut params = Vec::with_capacity(param_count(cfg));
-    for layer in layers(cfg) {
-        let bound = 1.0 / (layer.fan_in() as f64).sqrt();
-        for _ in 0..layer.weight.len() + layer.bias.len() {
-            params.push(rng.gen_range(-bound..bound) as f32);
+/// The fan-in of every parameter's layer, in buffer order: the rows of its layer's weight
+/// (a bias uses its layer's fan-in; `bo` is the value head's vh, then ah for the branches).
+fn fan_ins(cfg: &QNetConfig) -> Vec<usize> {
+    let n = net(cfg);
+    let mut fan = vec![0; param_count(cfg)];
+    for l in [&n.trunk1, &n.trunk2, &n.heads, &n.value_out].into_iter().chain(&n.adv_out) {
+        for i in l.weight.range().chain(l.bias.range()) {
+            fan[i] = l.fan_in();
         }
     }
-    params
+    fan
+}
+
+/// PyTorch `nn.Linear`'s default scale: one `ChaCha8Rng::seed_from_u64(seed)` stream over the
+/// buffer in order, each element `rng.gen_range(-bound..bound)` drawn as f64 and rounded to
+/// f32, with `bound = 1 / sqrt(fan_in)` of the element's layer.
+pub fn init_params(cfg: &QNetConfig) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    fan_ins(cfg)
+        .into_iter()
+        .map(|fan_in| {
+            let bound = 1.0 / (fan_in as f64).sqrt();
+            rng.gen_range(-bound..bound) as f32
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,13 +348,11 @@ pub struct Forward {
     pub h1: Vec<f64>,
     /// `relu(h1 w2 + b2)`: B x h2.
     pub h2: Vec<f64>,
-    /// `relu(h2 wv1 + bv1)`: B x vh.
-    pub value_hidden: Vec<f64>,
-    /// `vh wv2 + bv2`: B x NA.
+    /// `relu(h2 wh + bh)`: B x H, the value head's hidden units then each branch's.
+    pub heads_hidden: Vec<f64>,
+    /// `vh wv2 + bo[value]`: B x NA.
     pub value: Vec<f64>,
-    /// `[k]`: `relu(h2 wa1_k + ba1_k)`, B x ah.
-    pub adv_hidden: Vec<Vec<f64>>,
-    /// `[k]`: `ah_k wa2_k + ba2_k`, B x n_k x NA.
+    /// `[k]`: `ah_k wa2_k + bo[k]`, B x n_k x NA.
     pub adv: Vec<Vec<f64>>,
     /// `[k]`: the dueling combination, B x n_k x NA.
     pub logits: Vec<Vec<f64>>,
@@ -380,12 +430,29 @@ pub fn support(cfg: &QNetConfig) -> Vec<f64> {
     (0..cfg.atoms).map(|i| lo + i as f64 * dz).collect()
 }
 
+/// Columns `[col, col + width)` of a row-major matrix with rows of `ld`.
+fn columns(x: &[f64], ld: usize, col: usize, width: usize) -> Vec<f64> {
+    x.chunks_exact(ld).flat_map(|row| row[col..col + width].iter().copied()).collect()
+}
+
+impl Forward {
+    /// The value head's hidden units `vh`: B x vh, columns `[0, vh)` of `heads_hidden`.
+    pub fn value_hidden(&self, cfg: &QNetConfig) -> Vec<f64> {
+        columns(&self.heads_hidden, hidden_width(cfg), 0, cfg.value_hidden)
+    }
+
+    /// Branch k's hidden units `ah_k`: B x ah, columns `[vh + k ah, vh + (k + 1) ah)`.
+    pub fn adv_hidden(&self, cfg: &QNetConfig, k: usize) -> Vec<f64> {
+        columns(&self.heads_hidden, hidden_width(cfg), cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden)
+    }
+}
+
 /// `qnet_forward` of B = `states.len() / S` states (row-major B x S), params in [`layout`]:
 ///
 /// ```text
 /// h1 = relu(x w1 + b1)            h2 = relu(h1 w2 + b2)
-/// vh = relu(h2 wv1 + bv1)         v  = vh wv2 + bv2                      [NA]
-/// ah_k = relu(h2 wa1_k + ba1_k)   a_k = ah_k wa2_k + ba2_k               [n_k, NA]
+/// hh = relu(h2 wh + bh) = [vh | ah_0 | ... | ah_{K-1}]                   (all heads' hidden)
+/// v  = vh wv2 + bo[value]         a_k = ah_k wa2_k + bo[k]               [NA], [n_k, NA]
 /// logits_k[j, z] = v[z] + a_k[j, z] - mean_j' a_k[j', z]                 (dueling, per branch)
 /// NA > 1: probs_k[j, :] = softmax_z logits_k[j, :],  q_k[j] = sum_z probs_k[j, z] z_z   (C51)
 /// NA = 1: q_k[j] = logits_k[j, 0]
@@ -396,33 +463,45 @@ pub fn support(cfg: &QNetConfig) -> Vec<f64> {
 /// param_count(cfg)` and `states.len()` a multiple of S ([`check_batch`] checks a batch).
 pub fn forward<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], states: &[f32]) -> Forward {
     debug_assert_eq!(params.len(), param_count(cfg), "parameter buffer of the wrong length: callers validate");
-    let (s, na) = (cfg.state_dim, cfg.atoms);
-    let b = states.len() / s;
-    let layers = layers(cfg);
+    let b = states.len() / cfg.state_dim;
+    let n = net(cfg);
     let x: Vec<f64> = states.iter().map(|&v| f64::from(v)).collect();
-    let h1 = relu(linear(params, &layers[TRUNK1], &x, b));
-    let h2 = relu(linear(params, &layers[TRUNK2], &h1, b));
-    let value_hidden = relu(linear(params, &layers[VALUE1], &h2, b));
-    let value = linear(params, &layers[VALUE2], &value_hidden, b);
-    let z = support(cfg);
+    let h1 = relu(linear(params, &n.trunk1, &x, b));
+    let h2 = relu(linear(params, &n.trunk2, &h1, b));
+    let heads_hidden = relu(linear(params, &n.heads, &h2, b));
     let mut f = Forward {
         batch: b,
         states: x,
         h1,
         h2,
-        value_hidden,
-        value,
-        adv_hidden: Vec::new(),
+        heads_hidden,
+        value: Vec::new(),
         adv: Vec::new(),
         logits: Vec::new(),
         log_probs: Vec::new(),
         probs: Vec::new(),
         q: Vec::new(),
     };
+    f.value = linear(params, &n.value_out, &f.value_hidden(cfg), b);
+    for k in 0..cfg.num_branches() {
+        let adv = linear(params, &n.adv_out[k], &f.adv_hidden(cfg, k), b);
+        f.adv.push(adv);
+    }
+    head(cfg, &mut f);
+    f
+}
+
+/// `qnet_head`: the dueling combination, softmax and Q of every branch from `value` and
+/// `adv`, into `logits`, `log_probs`, `probs` and `q`.
+pub fn head(cfg: &QNetConfig, f: &mut Forward) {
+    let (b, na) = (f.batch, cfg.atoms);
+    let z = support(cfg);
+    f.logits.clear();
+    f.log_probs.clear();
+    f.probs.clear();
+    f.q.clear();
     for (k, &n) in cfg.branches.iter().enumerate() {
-        let ah = relu(linear(params, &layers[adv1(k)], &f.h2, b));
-        let adv = linear(params, &layers[adv2(k)], &ah, b);
-        let logits = dueling(&f.value, &adv, b, n, na);
+        let logits = dueling(&f.value, &f.adv[k], b, n, na);
         let (log_probs, probs, q) = if na > 1 {
             let lp = log_softmax(&logits, na);
             let p: Vec<f64> = lp.iter().map(|&v| v.exp()).collect();
@@ -431,14 +510,11 @@ pub fn forward<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], states: &[f3
         } else {
             (Vec::new(), Vec::new(), logits.clone())
         };
-        f.adv_hidden.push(ah);
-        f.adv.push(adv);
         f.logits.push(logits);
         f.log_probs.push(log_probs);
         f.probs.push(probs);
         f.q.push(q);
     }
-    f
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -560,21 +636,46 @@ pub fn loss(
     dones: &[f32],
     weights: &[f32],
 ) -> Loss {
+    let next = next_actions(cfg, online_s2);
+    loss_with_next_actions(cfg, online_s, target_s2, &next, actions, rewards, dones, weights)
+}
+
+/// Double DQN action choice: `a*_ik = argmax_j q_online_k(s'_i, j)`, lowest j on ties: B x K.
+pub fn next_actions(cfg: &QNetConfig, online_s2: &Forward) -> Vec<i32> {
+    let mut out = Vec::with_capacity(online_s2.batch * cfg.num_branches());
+    for i in 0..online_s2.batch {
+        for (k, &n) in cfg.branches.iter().enumerate() {
+            out.push(argmax_lowest(&online_s2.q[k][i * n..(i + 1) * n]) as i32);
+        }
+    }
+    out
+}
+
+/// `qnet_loss` given the Double DQN actions `next` (B x K): [`loss`] without the argmax, so
+/// that a check can evaluate the loss at the actions the GPU chose.
+#[allow(clippy::too_many_arguments)]
+pub fn loss_with_next_actions(
+    cfg: &QNetConfig,
+    online_s: &Forward,
+    target_s2: &Forward,
+    next: &[i32],
+    actions: &[i32],
+    rewards: &[f32],
+    dones: &[f32],
+    weights: &[f32],
+) -> Loss {
     let (b, kk, na) = (online_s.batch, cfg.num_branches(), cfg.atoms);
     let mut out = Loss {
         loss: 0.0,
         per_sample_loss: vec![0.0; b],
         per_sample_priority: vec![0.0; b],
         branch_loss: vec![0.0; b * kk],
-        next_actions: vec![0; b * kk],
+        next_actions: next.to_vec(),
         targets: vec![vec![0.0; b * na]; kk],
         td: if na > 1 { Vec::new() } else { vec![0.0; b * kk] },
         dlogits: cfg.branches.iter().map(|&n| vec![0.0; b * n * na]).collect(),
     };
     for i in 0..b {
-        for (k, &n) in cfg.branches.iter().enumerate() {
-            out.next_actions[i * kk + k] = argmax_lowest(&online_s2.q[k][i * n..(i + 1) * n]) as i32;
-        }
         let c = f64::from(weights[i]) / (b * kk) as f64;
         if na > 1 {
             c51_row(cfg, i, c, online_s, target_s2, actions, rewards[i], dones[i], &mut out);
@@ -699,51 +800,66 @@ fn relu_backward(mut dy: Vec<f64>, activation: &[f64]) -> Vec<f64> {
     dy
 }
 
-/// Backward of [`dueling`]: `dv[i, z] += sum_j dl[i, j, z]`,
-/// `da[i, j, z] = dl[i, j, z] - (1/n) sum_j' dl[i, j', z]`.
-fn dueling_backward(dl: &[f64], dvalue: &mut [f64], b: usize, n: usize, na: usize) -> Vec<f64> {
-    let mut da = vec![0.0; b * n * na];
+/// `qnet_loss`'s last stage, the backward of [`dueling`] for every branch, as one head-output
+/// gradient row per sample (B x [`output_width`], columns at [`output_offsets`]):
+/// `dv[i, z] = sum_k sum_j dl_k[i, j, z]` (branches in order), and
+/// `da_k[i, j, z] = dl_k[i, j, z] - (1/n_k) sum_j' dl_k[i, j', z]`.
+pub fn head_grad(cfg: &QNetConfig, dlogits: &[Vec<f64>], b: usize) -> Vec<f64> {
+    let (na, width, offsets) = (cfg.atoms, output_width(cfg), output_offsets(cfg));
+    let mut dy = vec![0.0; b * width];
     for i in 0..b {
-        for z in 0..na {
-            let at = |j: usize| (i * n + j) * na + z;
-            let sum = (0..n).map(|j| dl[at(j)]).sum::<f64>();
-            dvalue[i * na + z] += sum;
-            let mean = sum / n as f64;
-            for j in 0..n {
-                da[at(j)] = dl[at(j)] - mean;
+        let row = &mut dy[i * width..(i + 1) * width];
+        for (k, (&n, dl)) in cfg.branches.iter().zip(dlogits).enumerate() {
+            for z in 0..na {
+                let at = |j: usize| (i * n + j) * na + z;
+                let sum = (0..n).map(|j| dl[at(j)]).sum::<f64>();
+                row[z] += sum;
+                let mean = sum / n as f64;
+                for j in 0..n {
+                    row[offsets[k + 1] + j * na + z] = dl[at(j)] - mean;
+                }
             }
         }
     }
-    da
+    dy
 }
 
 /// `qnet_backward`: the gradient of `loss.loss` with respect to every parameter, in
-/// [`layout`] order, by the chain rule from `loss.dlogits` through the dueling combination,
-/// each head (value head first, then the branches in order, summed into dh2) and the trunk.
-/// `fwd_s` is the online forward of s that the loss used, with the same `params`.
+/// [`layout`] order, by the chain rule from `loss.dlogits`: [`head_grad`], then
+/// [`backward_from_head_grad`]. `fwd_s` is the online forward of s that the loss used, with
+/// the same `params`.
 pub fn backward<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], fwd_s: &Forward, loss: &Loss) -> Vec<f64> {
-    let layers = layers(cfg);
-    let (b, na) = (fwd_s.batch, cfg.atoms);
-    let mut grads = vec![0.0; param_count(cfg)];
-    let mut dvalue = vec![0.0; b * na];
-    let dadv: Vec<Vec<f64>> =
-        cfg.branches.iter().zip(&loss.dlogits).map(|(&n, dl)| dueling_backward(dl, &mut dvalue, b, n, na)).collect();
+    let dy = head_grad(cfg, &loss.dlogits, fwd_s.batch);
+    backward_from_head_grad(cfg, params, fwd_s, &dy)
+}
 
-    let dvh = linear_backward(params, &layers[VALUE2], &fwd_s.value_hidden, &dvalue, &mut grads);
-    let dvh = relu_backward(dvh, &fwd_s.value_hidden);
-    let mut dh2 = linear_backward(params, &layers[VALUE1], &fwd_s.h2, &dvh, &mut grads);
-    for (k, da) in dadv.iter().enumerate() {
-        let dah = linear_backward(params, &layers[adv2(k)], &fwd_s.adv_hidden[k], da, &mut grads);
-        let dah = relu_backward(dah, &fwd_s.adv_hidden[k]);
-        let d = linear_backward(params, &layers[adv1(k)], &fwd_s.h2, &dah, &mut grads);
-        for (acc, v) in dh2.iter_mut().zip(d) {
-            *acc += v;
+/// The backward from the head-output gradient `dy` (B x [`output_width`]) through each head's
+/// output layer, the heads' hidden layer (one matrix, so dh2 is one product) and the trunk.
+/// Reads `states`, `h1`, `h2` and `heads_hidden` of `fwd_s` (the ReLU masks come from them).
+pub fn backward_from_head_grad<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], fwd_s: &Forward, dy: &[f64]) -> Vec<f64> {
+    let n = net(cfg);
+    let (b, width, hw, offsets) = (fwd_s.batch, output_width(cfg), hidden_width(cfg), output_offsets(cfg));
+    let mut grads = vec![0.0; param_count(cfg)];
+    let mut dhh = vec![0.0; b * hw];
+    let mut scatter = |cols: &[f64], col: usize, w: usize| {
+        for (dst, src) in dhh.chunks_exact_mut(hw).zip(cols.chunks_exact(w)) {
+            dst[col..col + w].copy_from_slice(src);
         }
+    };
+    let dv = columns(dy, width, 0, cfg.atoms);
+    let dvh = linear_backward(params, &n.value_out, &fwd_s.value_hidden(cfg), &dv, &mut grads);
+    scatter(&dvh, 0, cfg.value_hidden);
+    for (k, l) in n.adv_out.iter().enumerate() {
+        let da = columns(dy, width, offsets[k + 1], l.fan_out());
+        let dah = linear_backward(params, l, &fwd_s.adv_hidden(cfg, k), &da, &mut grads);
+        scatter(&dah, cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden);
     }
+    let dhh = relu_backward(dhh, &fwd_s.heads_hidden);
+    let dh2 = linear_backward(params, &n.heads, &fwd_s.h2, &dhh, &mut grads);
     let dh2 = relu_backward(dh2, &fwd_s.h2);
-    let dh1 = linear_backward(params, &layers[TRUNK2], &fwd_s.h1, &dh2, &mut grads);
+    let dh1 = linear_backward(params, &n.trunk2, &fwd_s.h1, &dh2, &mut grads);
     let dh1 = relu_backward(dh1, &fwd_s.h1);
-    linear_backward(params, &layers[TRUNK1], &fwd_s.states, &dh1, &mut grads);
+    linear_backward(params, &n.trunk1, &fwd_s.states, &dh1, &mut grads);
     grads
 }
 

@@ -114,22 +114,22 @@ fn check_backward_against_finite_differences(atoms: usize, b: usize, init_seed: 
 #[test]
 fn scalar_backward_matches_finite_differences_for_every_parameter() {
     check_backward_against_finite_differences(1, 1, 11, 3);
-    // Init seed 16: at this width (ah = 3) some seeds leave a whole advantage head dead on
-    // three rows (its biases all negative), which the non-vacuity check refuses.
+    // Init seeds 16 (scalar) and 13 (C51): at this width (ah = 3) some seeds leave a whole
+    // head dead on three rows (its biases all negative), which the non-vacuity check refuses.
     check_backward_against_finite_differences(1, 3, 16, 4);
 }
 
 #[test]
 fn c51_backward_matches_finite_differences_for_every_parameter() {
     check_backward_against_finite_differences(5, 1, 11, 5);
-    check_backward_against_finite_differences(5, 3, 11, 6);
+    check_backward_against_finite_differences(5, 3, 13, 6);
 }
 
 #[test]
 fn scalar_batch_exercises_both_huber_regimes() {
     let cfg = small(1);
     let p = qnet::init_params(&cfg);
-    let (t, w) = batch(&cfg, 3, 4);
+    let (t, w) = batch(&cfg, 3, 7);
     let fwd = qnet::forward(&cfg, &p, &t.states);
     let s2 = qnet::forward(&cfg, &p, &t.next_states);
     let l = qnet::loss(&cfg, &fwd, &s2, &s2, &t.actions, &t.rewards, &t.dones, &w);
@@ -234,9 +234,12 @@ fn double_dqn_ties_pick_the_lowest_action() {
     // Zero advantage outputs: every action has the same Q, so a* = 0 in every branch.
     let cfg = small(5);
     let mut p = qnet::init_params(&cfg);
-    for v in qnet::layout(&cfg).into_iter().filter(|v| v.name.starts_with("wa2_") || v.name.starts_with("ba2_")) {
+    // Zero every branch's output weights and biases (bo after the value head's NA).
+    for v in qnet::layout(&cfg).into_iter().filter(|v| v.name.starts_with("wa2_")) {
         p[v.range()].iter_mut().for_each(|x| *x = 0.0);
     }
+    let bo = qnet::tensor(&cfg, "bo").unwrap();
+    p[bo.offset + cfg.atoms..bo.offset + bo.len()].iter_mut().for_each(|x| *x = 0.0);
     let (t, w) = batch(&cfg, 3, 1);
     let f = qnet::forward(&cfg, &p, &t.states);
     let s2 = qnet::forward(&cfg, &p, &t.next_states);
@@ -333,12 +336,17 @@ fn init_is_one_chacha8_stream_in_layout_order() {
     let p = qnet::init_params(&cfg);
     assert_eq!(p.len(), qnet::param_count(&cfg));
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let views = qnet::layout(&cfg);
-    for pair in views.chunks(2) {
-        let (w, b) = (&pair[0], &pair[1]);
-        let bound = 1.0 / (w.rows as f64).sqrt();
-        for i in w.offset..b.offset + b.len() {
-            assert_eq!(p[i], rng.gen_range(-bound..bound) as f32, "element {i}");
+    // Each element's fan-in: its tensor's rows for a weight, the preceding weight's rows for
+    // b1, b2, bh; bo's value columns use vh, the branch columns ah.
+    let mut fan = 0;
+    for v in qnet::layout(&cfg) {
+        for (c, i) in v.range().enumerate() {
+            if v.rows > 1 {
+                fan = v.rows;
+            }
+            let fan_in = if v.name == "bo" { if c < cfg.atoms { cfg.value_hidden } else { cfg.adv_hidden } } else { fan };
+            let bound = 1.0 / (fan_in as f64).sqrt();
+            assert_eq!(p[i], rng.gen_range(-bound..bound) as f32, "element {i} of {}", v.name);
             assert!(p[i].abs() <= bound as f32);
         }
     }
@@ -361,8 +369,7 @@ fn layout_is_contiguous_in_the_documented_order() {
     assert_eq!(
         names,
         [
-            "w1", "b1", "w2", "b2", "wv1", "bv1", "wv2", "bv2", "wa1_0", "ba1_0", "wa2_0", "ba2_0", "wa1_1", "ba1_1",
-            "wa2_1", "ba2_1", "wa1_2", "ba1_2", "wa2_2", "ba2_2"
+            "w1", "b1", "w2", "b2", "wh", "bh", "wv2", "wa2_0", "wa2_1", "wa2_2", "bo"
         ]
     );
     let mut end = 0;
@@ -373,7 +380,9 @@ fn layout_is_contiguous_in_the_documented_order() {
     assert_eq!(end, qnet::param_count(&cfg));
     let shape = |name: &str| views.iter().find(|v| v.name == name).map(|v| (v.rows, v.cols)).unwrap();
     assert_eq!(shape("w1"), (32, 256));
-    assert_eq!(shape("bv2"), (1, 51));
+    assert_eq!(shape("wh"), (256, 128 + 3 * 128));
+    assert_eq!(shape("bo"), (1, 51 * (1 + 3 + 5 + 3)));
+    assert_eq!(qnet::output_offsets(&cfg), [0, 51, 51 * 4, 51 * 9, 51 * 12]);
     assert_eq!(shape("wa2_1"), (128, 5 * 51));
 }
 
