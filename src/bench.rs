@@ -67,6 +67,8 @@ pub struct BenchRow {
     pub p10_us: f64,
     pub p90_us: f64,
     pub reps: usize,
+    /// GEMM floating-point rate at the median, TFLOP/s (network benchmarks only).
+    pub tflops: Option<f64>,
 }
 
 /// Run the prioritized replay benchmark on `gpu`; one row per (op, capacity, batch, mode).
@@ -108,6 +110,51 @@ pub fn bench_per(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     Ok(rows)
 }
 
+/// Batches of the Q-network benchmark (full run; a quick run takes the first).
+const QNET_BATCHES: [usize; 2] = [256, 1024];
+
+/// `tallyho bench qnet`: one full update of the default network (C51, 51 atoms; three
+/// forwards over two networks, loss, backward, clip, Adam, priorities) at B in {256, 1024},
+/// eager and graph-replayed, and its parts: `forward`, `loss`, `backward`, `optimizer`, and
+/// `update gemms` (the update's 21 GEMMs alone, from which the TFLOP/s of every row is
+/// computed: GEMM flops / that row's median). The `capacity` column is 0 (no replay).
+pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
+    if opts.reps == 0 {
+        return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
+    }
+    let (batches, reps): (&[usize], usize) =
+        if opts.quick { (&QNET_BATCHES[..1], opts.reps.min(QUICK_REPS)) } else { (&QNET_BATCHES, opts.reps) };
+    let timing = Timing { reps, warmup: opts.warmup.max(1) };
+    let mut rows = Vec::new();
+    for &batch in batches {
+        let case = crate::parity::QNetCase { atoms: 51, state_dim: 32, batch, seed: SEED };
+        let mut st = crate::parity::QNetSetup::new(gpu, &case)?;
+        let flops = st.net.update_gemm_flops();
+        let mut these = Vec::new();
+        these.extend(timing.both_modes(gpu, &mut st, "update", 0, batch, |st| {
+            st.net.update(&st.device_batch, &st.device_weights)
+        })?);
+        these.extend(timing.both_modes(gpu, &mut st, "forward", 0, batch, |st| st.forward())?);
+        these.extend(timing.both_modes(gpu, &mut st, "loss", 0, batch, |st| {
+            st.net.loss(&st.device_batch, &st.device_weights)
+        })?);
+        these.extend(timing.both_modes(gpu, &mut st, "backward", 0, batch, |st| st.net.backward())?);
+        these.extend(timing.both_modes(gpu, &mut st, "optimizer", 0, batch, |st| st.net.optimize())?);
+        st.net.set_gemms_only(true);
+        let mut gemms = timing.both_modes(gpu, &mut st, "update gemms", 0, batch, |st| {
+            st.net.update(&st.device_batch, &st.device_weights)
+        })?;
+        st.net.set_gemms_only(false);
+        for r in gemms.iter_mut() {
+            r.tflops = Some(flops / (r.median_us * 1e-6) / 1e12);
+        }
+        these.extend(gemms);
+        rows.extend(these);
+        gpu.synchronize()?;
+    }
+    Ok(rows)
+}
+
 struct Timing {
     reps: usize,
     warmup: usize,
@@ -115,14 +162,14 @@ struct Timing {
 
 impl Timing {
     /// Time `work` eagerly, then captured once into a graph and replayed: two rows.
-    fn both_modes(
+    fn both_modes<T>(
         &self,
         gpu: &Gpu,
-        per: &mut PerBuffer,
+        per: &mut T,
         op: &str,
         capacity: usize,
         batch: usize,
-        mut work: impl FnMut(&mut PerBuffer) -> Result<()>,
+        mut work: impl FnMut(&mut T) -> Result<()>,
     ) -> Result<[BenchRow; 2]> {
         let row = |mode: &str, samples: Vec<f64>| BenchRow {
             op: op.to_string(),
@@ -133,6 +180,7 @@ impl Timing {
             p10_us: percentile(&samples, 0.1),
             p90_us: percentile(&samples, 0.9),
             reps: samples.len(),
+            tflops: None,
         };
         for _ in 0..self.warmup {
             work(per)?;
@@ -220,8 +268,8 @@ fn random_td(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
 
 /// An aligned text table: one line per row, after a header.
 pub fn format_table(rows: &[BenchRow]) -> String {
-    let header = ["op", "capacity", "batch", "mode", "median_us", "p10_us", "p90_us", "reps"];
-    let cells: Vec<[String; 8]> = rows
+    let header = ["op", "capacity", "batch", "mode", "median_us", "p10_us", "p90_us", "reps", "tflops"];
+    let cells: Vec<[String; 9]> = rows
         .iter()
         .map(|r| {
             [
@@ -233,6 +281,7 @@ pub fn format_table(rows: &[BenchRow]) -> String {
                 format!("{:.2}", r.p10_us),
                 format!("{:.2}", r.p90_us),
                 r.reps.to_string(),
+                r.tflops.map_or("-".to_string(), |t| format!("{t:.2}")),
             ]
         })
         .collect();
@@ -289,6 +338,7 @@ mod tests {
             p10_us: 1.0,
             p90_us: 123.456,
             reps: 100,
+            tflops: None,
         };
         let t = format_table(&[row("sample", "eager", 12.5), row("sample+gather+update", "graph", 3.25)]);
         let lines: Vec<&str> = t.lines().collect();

@@ -9,6 +9,7 @@ pub mod graph;
 pub mod optimizer;
 pub mod parity;
 pub mod philox;
+pub mod qnet;
 pub mod replay;
 pub mod runtime;
 pub mod verify;

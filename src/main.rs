@@ -67,6 +67,19 @@ enum BenchWhat {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Q-network: one full update at B = 256 and 1024 and its parts, eager and graph-replayed.
+    Qnet {
+        #[arg(long, default_value_t = 200)]
+        reps: usize,
+        #[arg(long, default_value_t = 20)]
+        warmup: usize,
+        /// B = 256 only, few repetitions: a smoke run.
+        #[arg(long)]
+        quick: bool,
+        /// Write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -122,6 +135,15 @@ fn run(cli: Cli) -> Result<()> {
             let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
             eprintln!("bench per on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
             let rows = tallyho::bench::bench_per(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
+            if let Some(p) = json {
+                write(&p, &serde_json::to_string_pretty(&rows)?)?;
+            }
+            print!("{}", tallyho::bench::format_table(&rows));
+        }
+        Command::Bench { what: BenchWhat::Qnet { reps, warmup, quick, json } } => {
+            let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
+            eprintln!("bench qnet on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
+            let rows = tallyho::bench::bench_qnet(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
             if let Some(p) = json {
                 write(&p, &serde_json::to_string_pretty(&rows)?)?;
             }

@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::runtime::{grid_stride, Gpu};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::qnet::QNetConfig;
 
@@ -82,7 +82,7 @@ impl Optimizer {
     }
 
     /// `qnet_grad_norm`: norm, clip scale and step advance into the control block.
-    pub fn grad_norm(&mut self, grads: &CudaSlice<f32>) -> Result<()> {
+    pub fn grad_norm(&mut self, grads: &CudaView<f32>) -> Result<()> {
         self.check("gradient", grads.len())?;
         let n = self.n as u64;
         let blocks = GRAD_NORM_BLOCKS as u32;
@@ -102,7 +102,7 @@ impl Optimizer {
     }
 
     /// `qnet_adam` with the step and clip scale of the last `grad_norm`.
-    pub fn adam(&mut self, params: &mut CudaSlice<f32>, grads: &CudaSlice<f32>) -> Result<()> {
+    pub fn adam(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>) -> Result<()> {
         self.check("parameters", params.len())?;
         self.check("gradient", grads.len())?;
         let n = self.n as u64;
@@ -123,13 +123,13 @@ impl Optimizer {
     }
 
     /// Norm, clip and Adam: the optimizer half of an update (three launches).
-    pub fn step(&mut self, params: &mut CudaSlice<f32>, grads: &CudaSlice<f32>) -> Result<()> {
+    pub fn step(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>) -> Result<()> {
         self.grad_norm(grads)?;
         self.adam(params, grads)
     }
 
     /// `qnet_target_sync`: one device-to-device copy, or the Polyak average with `tau`.
-    pub fn target_sync(&self, online: &CudaSlice<f32>, target: &mut CudaSlice<f32>, tau: Option<f32>) -> Result<()> {
+    pub fn target_sync(&self, online: &CudaView<f32>, target: &mut CudaViewMut<f32>, tau: Option<f32>) -> Result<()> {
         self.check("online parameters", online.len())?;
         self.check("target parameters", target.len())?;
         match tau {

@@ -22,6 +22,8 @@ pub struct Row {
     pub max_abs: f64,
     pub max_rel: f64,
     pub max_ulp: u64,
+    /// Relative L2 error of the whole output, for outputs under a norm tolerance.
+    pub rel_norm: Option<f64>,
     pub tolerance: String,
     pub passed: bool,
     pub first_failure: Option<String>,
@@ -77,6 +79,7 @@ impl Matrix {
                 max_abs: c.max_abs,
                 max_rel: c.max_rel,
                 max_ulp: c.max_ulp,
+                rel_norm: c.tolerance.norm.then_some(c.rel_norm),
                 tolerance: c.tolerance.describe(),
                 passed: c.passed(),
                 first_failure: c.check().err(),
@@ -110,6 +113,21 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         m.add("qnet_adam", parity::check_qnet_adam(gpu, n, step, g, seed.wrapping_add(200 + i as u64))?);
     }
     m.add("qnet_target_sync", parity::check_qnet_target_sync(gpu, 4099, seed.wrapping_add(300))?);
+    for atoms in [51, 1] {
+        for (i, &batch) in parity::QNET_BATCHES.iter().enumerate() {
+            progress(&format!("Q-network, {atoms} atoms, batch {batch}"));
+            let case = parity::QNetCase { atoms, state_dim: 32, batch, seed: seed.wrapping_add(400 + i as u64) };
+            let (trunk, head): (Vec<_>, Vec<_>) =
+                parity::check_qnet_forward(gpu, &case)?.into_iter().partition(|c| c.output.contains(" h"));
+            m.add(&format!("qnet_forward (NA {atoms})"), trunk);
+            m.add(&format!("qnet_head (NA {atoms})"), head);
+            m.add(&format!("qnet_loss (NA {atoms})"), parity::check_qnet_loss(gpu, &case)?);
+            m.add(&format!("qnet_backward (NA {atoms})"), parity::check_qnet_backward(gpu, &case)?);
+        }
+        progress(&format!("Q-network, {atoms} atoms: 10 updates against the oracle"));
+        let case = parity::QNetCase { atoms, state_dim: 32, batch: 64, seed: seed.wrapping_add(500) };
+        m.add(&format!("qnet update x10 (NA {atoms})"), parity::check_qnet_update(gpu, &case, 10)?);
+    }
     progress("fixtures");
     match fixtures::check(fixture_dir, Replayer::Gpu(gpu)) {
         Ok(pairs) => {
@@ -127,8 +145,8 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
 }
 
 fn table(report: &Report, markdown: bool) -> String {
-    let head = ["kernel", "output", "cases", "elements", "max abs", "max rel", "max ULP", "tolerance", "verdict"];
-    let body: Vec<[String; 9]> = report
+    let head = ["kernel", "output", "cases", "elements", "max abs", "max rel", "max ULP", "rel L2", "tolerance", "verdict"];
+    let body: Vec<[String; 10]> = report
         .rows
         .iter()
         .map(|r| {
@@ -140,6 +158,7 @@ fn table(report: &Report, markdown: bool) -> String {
                 format!("{:.2e}", r.max_abs),
                 format!("{:.2e}", r.max_rel),
                 r.max_ulp.to_string(),
+                r.rel_norm.map_or("-".into(), |v| format!("{v:.2e}")),
                 r.tolerance.clone(),
                 if r.passed { "pass".into() } else { "FAIL".into() },
             ]

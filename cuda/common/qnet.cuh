@@ -6,3 +6,52 @@ struct OptCtl {
     float norm;          // global gradient norm of the last update
     double scale;        // clip scale of the last update
 };
+
+// The network's branch structure, read from the device array `branches` (K sizes n_k):
+// head-output row offsets (value head at 0, branch k at out[k + 1]), logit row offsets
+// (branch k at logit[k]) and Q row offsets (branch k at q[k]); each array ends with the
+// row width. Kept in shared memory by the kernels that need it.
+#define QNET_MAX_BRANCHES 8
+
+struct BranchShape {
+    unsigned int count;
+    unsigned int n[QNET_MAX_BRANCHES];
+    unsigned int out[QNET_MAX_BRANCHES + 2];
+    unsigned int logit[QNET_MAX_BRANCHES + 1];
+    unsigned int q[QNET_MAX_BRANCHES + 1];
+};
+
+// Thread 0 fills `s`; the caller synchronises before use.
+__device__ __forceinline__ void branch_shape(BranchShape& s, const unsigned int* branches, unsigned int count,
+                                             unsigned int na) {
+    s.count = count;
+    s.out[0] = 0;
+    s.out[1] = na;
+    s.logit[0] = 0;
+    s.q[0] = 0;
+    for (unsigned int k = 0; k < count; ++k) {
+        s.n[k] = branches[k];
+        s.out[k + 2] = s.out[k + 1] + s.n[k] * na;
+        s.logit[k + 1] = s.logit[k] + s.n[k] * na;
+        s.q[k + 1] = s.q[k] + s.n[k];
+    }
+}
+
+// The C51 support atom z_i = v_min + i dz, dz = (v_max - v_min) / (NA - 1), in double
+// without contraction: the oracle's qnet::support.
+__device__ __forceinline__ double support_atom(double lo, double dz, unsigned int i) {
+    return __dadd_rn(lo, __dmul_rn((double)i, dz));
+}
+
+// Sum over a block of exactly `threads` (a power of two <= 1024) doubles in a fixed tree:
+// the same bits at every launch. Every thread gets the result. `s` has `threads` slots.
+__device__ __forceinline__ double block_sum_fixed(double v, double* s, unsigned int threads) {
+    __syncthreads();
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned int stride = threads / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
+        __syncthreads();
+    }
+    return s[0];
+}

@@ -10,6 +10,8 @@ pub struct Comparison {
     pub max_abs: f64,
     pub max_rel: f64,
     pub max_ulp: u64,
+    /// `||got - want|| / ||want||` (L2), for outputs under a norm tolerance; 0 otherwise.
+    pub rel_norm: f64,
     /// The first element out of tolerance: (index, got, want, error, bound).
     pub first_failure: Option<(usize, f64, f64, f64, f64)>,
     pub tolerance: Tolerance,
@@ -26,6 +28,7 @@ impl Comparison {
         self.max_abs = self.max_abs.max(other.max_abs);
         self.max_rel = self.max_rel.max(other.max_rel);
         self.max_ulp = self.max_ulp.max(other.max_ulp);
+        self.rel_norm = self.rel_norm.max(other.rel_norm);
         if self.first_failure.is_none() {
             self.first_failure = other.first_failure;
         }
@@ -35,6 +38,10 @@ impl Comparison {
     pub fn check(&self) -> Result<(), String> {
         match self.first_failure {
             None => Ok(()),
+            Some((i, got, want, err, bound)) if self.tolerance.norm => Err(format!(
+                "{}: relative L2 error {err:e} > bound {bound:e} over {} elements (largest error at element {i}: got {got:e}, want {want:e})",
+                self.output, self.len
+            )),
             Some((i, got, want, err, bound)) => Err(format!(
                 "{}: element {i} of {}: got {got:e}, want {want:e}, error {err:e} > bound {bound:e} ({})",
                 self.output,
@@ -67,6 +74,7 @@ pub fn compare_f32(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> C
         max_abs: 0.0,
         max_rel: 0.0,
         max_ulp: 0,
+        rel_norm: 0.0,
         first_failure: None,
         tolerance: tol,
     };
@@ -99,6 +107,36 @@ pub fn compare_f32(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> C
     c
 }
 
+/// Compare float32 results with a reference under a relative-norm tolerance
+/// (`tol.norm`): `||got - want|| / ||want|| <= tol.rtol`. Any non-finite value, on either
+/// side, fails; so does a length mismatch. A failure reports the element with the largest
+/// error.
+pub fn compare_rel_norm(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> Comparison {
+    let mut c = compare_f32(output, got, want, Tolerance { norm: false, ..Tolerance::float32("") });
+    c.tolerance = tol;
+    c.first_failure = None;
+    let (mut err2, mut ref2, mut worst) = (0.0f64, 0.0f64, (0usize, 0.0f64));
+    let mut finite = got.len() == want.len();
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let e = f64::from(g) - w;
+        finite &= e.is_finite();
+        err2 += e * e;
+        ref2 += w * w;
+        if !(e.abs() <= worst.1) {
+            worst = (i, e.abs());
+        }
+    }
+    let rel = if ref2 > 0.0 { (err2 / ref2).sqrt() } else if err2 == 0.0 { 0.0 } else { f64::INFINITY };
+    c.rel_norm = rel;
+    if !finite || !(rel <= tol.rtol) {
+        let i = worst.0;
+        let g = got.get(i).map_or(f64::NAN, |&v| f64::from(v));
+        let w = want.get(i).copied().unwrap_or(f64::NAN);
+        c.first_failure = Some((i, g, w, if finite { rel } else { f64::INFINITY }, tol.rtol));
+    }
+    c
+}
+
 /// Compare integer results exactly.
 pub fn compare_exact<T: Copy + PartialEq + Into<f64>>(output: &str, got: &[T], want: &[T]) -> Comparison {
     let mut c = Comparison {
@@ -107,6 +145,7 @@ pub fn compare_exact<T: Copy + PartialEq + Into<f64>>(output: &str, got: &[T], w
         max_abs: 0.0,
         max_rel: 0.0,
         max_ulp: 0,
+        rel_norm: 0.0,
         first_failure: None,
         tolerance: crate::tolerance::EXACT,
     };
@@ -161,6 +200,18 @@ mod tests {
         let c = compare_f32("x", &[next], &[1.0], EXACT);
         assert!(!c.passed());
         assert_eq!(c.max_ulp, 1);
+    }
+
+    #[test]
+    fn a_norm_tolerance_bounds_the_whole_output() {
+        let tol = Tolerance::rel_norm(1e-3, "test");
+        let want = [1.0, -2.0, 3.0, 4.0];
+        assert!(compare_rel_norm("x", &[1.0, -2.0, 3.0, 4.001], &want, tol).passed());
+        let c = compare_rel_norm("x", &[1.0, -2.0, 3.1, 4.0], &want, tol);
+        assert_eq!(c.first_failure.unwrap().0, 2);
+        assert!(c.check().unwrap_err().contains("relative L2 error"));
+        assert!(!compare_rel_norm("x", &[1.0, f32::NAN, 3.0, 4.0], &want, tol).passed());
+        assert!(!compare_rel_norm("x", &[1.0, -2.0, 3.0], &want, tol).passed());
     }
 
     #[test]

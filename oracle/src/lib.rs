@@ -14,6 +14,6 @@ pub mod philox;
 pub mod qnet;
 pub mod tolerance;
 
-pub use compare::{compare_bitwise, compare_exact, compare_f32, Comparison};
+pub use compare::{compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison};
 pub use config::{ConfigError, PerConfig};
 pub use tolerance::Tolerance;

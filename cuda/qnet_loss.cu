@@ -1,0 +1,155 @@
+// qnet_loss: the Double DQN loss of a batch, one block per sample i, from qnet_head's
+// outputs over the stacked rows [s; s'] of the online (net 0) and target (net 1) networks.
+// Per branch k:
+//   a*_k = argmax_j q_online(s'_i)[k, j], the lowest j on ties;
+//   C51 (NA > 1): m = projection of probs_target(s'_i)[k, a*_k] onto the support for
+//     r + gamma^n (1 - done) z, gathered per target atom in source order (the oracle's
+//     scatter order, so the same double operations), l_k = -sum_z m_z log_probs_online(s_i)[k, a_k, z],
+//     dlogits = c (probs sum_z' m_z' - m), c = w_i / (B K);
+//   scalar (NA = 1): y = r + gamma^n (1 - done) (1/K) sum_k q_target(s'_i)[k, a*_k],
+//     TD_k = y - q_online(s_i)[k, a_k], l_k = Huber(TD_k), dlogit = -c Huber'(TD_k).
+// Then the dueling backward into the head-output gradient row dy_i (qnet::head_grad), the
+// per-sample loss L_i = (1/K) sum_k l_k and the priority (C51 L_i, scalar mean_k |TD_k|).
+// Oracle: qnet::loss_with_next_actions, qnet::next_actions, qnet::head_grad.
+//   qnet_loss:        grid (B), block QNET_LOSS_THREADS; dynamic shared: 2 K NA doubles.
+//   qnet_loss_reduce: ONE block of 256 threads: loss = (1/B) sum_i w_i L_i.
+#include "common/qnet.cuh"
+
+#define QNET_LOSS_THREADS 64
+
+__device__ __forceinline__ double clampd(double x, double lo, double hi) {
+    return x < lo ? lo : (x > hi ? hi : x);  // Rust's f64::clamp for non-NaN x
+}
+
+// Mass that source atom t (probability p) of the target distribution puts on atom z.
+__device__ __forceinline__ double project_into(double m, unsigned int z, double p, double r, double g,
+                                               double lo, double hi, double dz, unsigned int na, unsigned int t) {
+    const double tz = clampd(__dadd_rn(r, __dmul_rn(g, support_atom(lo, dz, t))), lo, hi);
+    const double b = clampd(__ddiv_rn(__dsub_rn(tz, lo), dz), 0.0, (double)(na - 1));
+    const double l = floor(b), u = ceil(b);
+    if ((unsigned int)l == z) m = __dadd_rn(m, __dmul_rn(p, __dsub_rn(u, b)));
+    if ((unsigned int)u == z) m = __dadd_rn(m, __dmul_rn(p, __dsub_rn(b, l)));
+    if (l == u && (unsigned int)l == z) m = __dadd_rn(m, p);
+    return m;
+}
+
+__device__ __forceinline__ double huber(double d, double kappa) {
+    const double a = fabs(d);
+    return a <= kappa ? __dmul_rn(__dmul_rn(0.5, d), d) : __dmul_rn(kappa, __dsub_rn(a, __dmul_rn(0.5, kappa)));
+}
+
+__device__ __forceinline__ double huber_grad(double d, double kappa) {
+    return fabs(d) <= kappa ? d : (d > 0.0 ? kappa : (d < 0.0 ? -kappa : 0.0));
+}
+
+extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* __restrict__ log_probs,
+                                     const float* __restrict__ probs, const int* __restrict__ actions,
+                                     const float* __restrict__ rewards, const float* __restrict__ dones,
+                                     const float* __restrict__ weights, const unsigned int* __restrict__ branches,
+                                     unsigned int nbranch, unsigned int na, unsigned int batch, float v_min,
+                                     float v_max, double discount, float kappa, int* __restrict__ next_actions,
+                                     double* __restrict__ sample_loss, float* __restrict__ priority,
+                                     float* __restrict__ dy) {
+    extern __shared__ double smem[];  // m [K][NA], then dl [K][NA]
+    double* m = smem;
+    double* dl = smem + nbranch * na;
+    __shared__ BranchShape shape;
+    __shared__ double red[QNET_LOSS_THREADS];
+    __shared__ double branch_loss[QNET_MAX_BRANCHES];
+    __shared__ unsigned int a_star[QNET_MAX_BRANCHES];
+    __shared__ double abs_td;
+
+    const unsigned int i = blockIdx.x, tid = threadIdx.x;
+    if (tid == 0) branch_shape(shape, branches, nbranch, na);
+    __syncthreads();
+    const unsigned int L = shape.logit[nbranch], A = shape.q[nbranch], out_w = shape.out[nbranch + 1];
+    const unsigned long long rows = 2ull * batch;                 // rows per network
+    const unsigned long long s_on = i, s2_on = batch + i, s2_tg = rows + batch + i;
+    const double r = (double)rewards[i];
+    const double g = __dmul_rn(discount, __dsub_rn(1.0, (double)dones[i]));
+    const double c = (double)weights[i] / (double)(batch * nbranch);
+
+    if (tid < nbranch) {
+        const unsigned int k = tid;
+        const float* qk = q + s2_on * A + shape.q[k];
+        unsigned int best = 0;
+        for (unsigned int j = 1; j < shape.n[k]; ++j)
+            if (qk[j] > qk[best]) best = j;
+        a_star[k] = best;
+        next_actions[i * nbranch + k] = (int)best;
+    }
+    __syncthreads();
+
+    if (na > 1) {
+        const double lo = (double)v_min, hi = (double)v_max, dz = (hi - lo) / (double)(na - 1);
+        for (unsigned int k = 0; k < nbranch; ++k) {
+            const float* pt = probs + s2_tg * L + shape.logit[k] + a_star[k] * na;
+            for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS) {
+                double mz = 0.0;
+                for (unsigned int t = 0; t < na; ++t) mz = project_into(mz, z, (double)pt[t], r, g, lo, hi, dz, na, t);
+                m[k * na + z] = mz;
+            }
+        }
+        __syncthreads();
+        for (unsigned int k = 0; k < nbranch; ++k) {
+            const unsigned int base = shape.logit[k] + (unsigned int)actions[i * nbranch + k] * na;
+            double ce = 0.0, mass = 0.0;
+            for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS) {
+                ce += m[k * na + z] * (double)log_probs[s_on * L + base + z];
+                mass += m[k * na + z];
+            }
+            ce = block_sum_fixed(ce, red, QNET_LOSS_THREADS);
+            mass = block_sum_fixed(mass, red, QNET_LOSS_THREADS);
+            if (tid == 0) branch_loss[k] = -ce;
+            for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS)
+                dl[k * na + z] = __dmul_rn(c, __dsub_rn(__dmul_rn((double)probs[s_on * L + base + z], mass), m[k * na + z]));
+        }
+    } else if (tid == 0) {
+        double next = 0.0;
+        for (unsigned int k = 0; k < nbranch; ++k) next += (double)q[s2_tg * A + shape.q[k] + a_star[k]];
+        next /= (double)nbranch;
+        const double target = __dadd_rn(r, __dmul_rn(g, next));
+        double sum_abs = 0.0;
+        for (unsigned int k = 0; k < nbranch; ++k) {
+            const double td = target - (double)q[s_on * A + shape.q[k] + actions[i * nbranch + k]];
+            branch_loss[k] = huber(td, (double)kappa);
+            dl[k] = -c * huber_grad(td, (double)kappa);
+            sum_abs += fabs(td);
+        }
+        abs_td = sum_abs / (double)nbranch;
+    }
+    __syncthreads();
+
+    // The dueling backward: dv[z] = sum_k dl_k[z]; da_k[j, z] = [j = a_k] dl_k[z] - dl_k[z] / n_k.
+    float* dyr = dy + (unsigned long long)i * out_w;
+    for (unsigned int col = tid; col < out_w; col += QNET_LOSS_THREADS) {
+        double v;
+        if (col < na) {
+            v = 0.0;
+            for (unsigned int k = 0; k < nbranch; ++k) v += dl[k * na + col];
+        } else {
+            unsigned int k = 0;
+            while (col >= shape.out[k + 2]) ++k;
+            const unsigned int j = (col - shape.out[k + 1]) / na, z = (col - shape.out[k + 1]) % na;
+            const double d = dl[k * na + z];
+            v = (j == (unsigned int)actions[i * nbranch + k] ? d : 0.0) - d / (double)shape.n[k];
+        }
+        dyr[col] = (float)v;
+    }
+    if (tid == 0) {
+        double li = 0.0;
+        for (unsigned int k = 0; k < nbranch; ++k) li += branch_loss[k];
+        li /= (double)nbranch;
+        sample_loss[i] = li;
+        priority[i] = (float)(na > 1 ? li : abs_td);
+    }
+}
+
+extern "C" __global__ void qnet_loss_reduce(const double* __restrict__ sample_loss, const float* __restrict__ weights,
+                                            unsigned int batch, double* __restrict__ loss) {
+    __shared__ double red[256];
+    double acc = 0.0;
+    for (unsigned int i = threadIdx.x; i < batch; i += 256) acc += (double)weights[i] * sample_loss[i];
+    const double total = block_sum_fixed(acc, red, 256);
+    if (threadIdx.x == 0) loss[0] = total / (double)batch;
+}

@@ -1,0 +1,639 @@
+//! The Q-network on the device: forward, loss, backward and the optimizer step of one
+//! update, as cuBLAS SGEMMs with the small kernels of cuda/qnet_*.cu between them. Spec:
+//! tallyho_oracle::qnet (`forward`, `head`, `next_actions`, `loss_with_next_actions`,
+//! `head_grad`, `backward_from_head_grad`, `update_step`).
+//!
+//! **Shape of the work.** The online and target parameters are one allocation (online
+//! first, target at `param_count`), so each forward layer is ONE strided-batched GEMM over
+//! both networks on the stacked rows `[s; s']` (the target's pass over s is computed and not
+//! used: at these sizes a GEMM costs its launch, not its rows). Each layer with one input
+//! multiplies an activation that carries a ones column by the layer's `[w; b]` block of the
+//! flat buffer, so biases ride in the forward GEMMs and bias gradients come out of the
+//! weight-gradient GEMMs; the heads' hidden layers are one matrix. Per update: 7 GEMMs
+//! forward, 14 backward, 10 kernels (input staging, 3 ReLU, head, loss, loss reduction,
+//! 3 ReLU backward) and the optimizer's 3.
+//!
+//! **Hot path.** Every buffer is allocated in [`QNet::new`]; an update launches work only:
+//! no allocation, no host copy, no synchronisation. All per-step values (the Adam step, the
+//! clip scale) live in device memory, so [`QNet::update_graphed`] captures the whole update
+//! once and replays it.
+
+use crate::blas::{Blas, Layout};
+use crate::error::{Error, Result};
+use crate::graph::{GraphSlot, Phase};
+use crate::optimizer::Optimizer;
+use crate::replay::DeviceTransitions;
+use crate::runtime::{grid_stride, Gpu};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+use tallyho_oracle::qnet::{self as spec, QNetConfig};
+
+/// Most action branches a network may have (`QNET_MAX_BRANCHES` in cuda/common/qnet.cuh).
+pub const MAX_BRANCHES: usize = 8;
+/// Threads of a `qnet_loss` block (`QNET_LOSS_THREADS`).
+const LOSS_THREADS: u32 = 64;
+/// Threads of a `qnet_head` block: four warps, one action each at a time.
+const HEAD_THREADS: u32 = 128;
+/// The two networks of a forward: online (0) and target (1).
+const NETS: usize = 2;
+
+/// Offsets in the flat parameter buffer of the tensors the launches address.
+#[derive(Clone, Debug)]
+struct Offsets {
+    w1: usize,
+    w2: usize,
+    wh: usize,
+    wv2: usize,
+    wa2: Vec<usize>,
+    bo: usize,
+}
+
+impl Offsets {
+    fn of(cfg: &QNetConfig) -> Result<Self> {
+        let at = |name: &str| {
+            spec::tensor(cfg, name)
+                .map(|t| t.offset)
+                .ok_or_else(|| Error::Usage(format!("the Q-network layout has no tensor {name}")))
+        };
+        Ok(Offsets {
+            w1: at("w1")?,
+            w2: at("w2")?,
+            wh: at("wh")?,
+            wv2: at("wv2")?,
+            wa2: (0..cfg.num_branches()).map(|k| at(&format!("wa2_{k}"))).collect::<Result<_>>()?,
+            bo: at("bo")?,
+        })
+    }
+}
+
+/// Sizes derived from the config and the batch.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    b: usize,
+    /// Rows per network in a forward: `2B`, s then s'.
+    rows: usize,
+    s: usize,
+    h1: usize,
+    h2: usize,
+    /// Heads' hidden width `vh + K ah`.
+    hw: usize,
+    /// Head-output row width `NA (1 + sum n_k)`.
+    ow: usize,
+    /// Logits per row `sum n_k NA`.
+    lw: usize,
+    /// Q values per row `sum n_k`.
+    qw: usize,
+    na: usize,
+    kk: usize,
+    params: usize,
+}
+
+struct Kernels {
+    stage_input: CudaFunction,
+    relu: CudaFunction,
+    head: CudaFunction,
+    loss: CudaFunction,
+    loss_reduce: CudaFunction,
+    relu_backward: CudaFunction,
+}
+
+/// What the forward left on the device for one network, read back (tests, `verify`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForwardOut {
+    /// 2B x h1, rows s then s'.
+    pub h1: Vec<f32>,
+    pub h2: Vec<f32>,
+    /// 2B x H.
+    pub heads_hidden: Vec<f32>,
+    /// 2B x (sum n_k NA), branch-major per row.
+    pub logits: Vec<f32>,
+    /// As logits; empty when NA = 1.
+    pub log_probs: Vec<f32>,
+    pub probs: Vec<f32>,
+    /// 2B x (sum n_k).
+    pub q: Vec<f32>,
+}
+
+/// What the loss left on the device, read back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LossOut {
+    pub loss: f64,
+    pub sample_loss: Vec<f64>,
+    pub priorities: Vec<f32>,
+    /// B x K.
+    pub next_actions: Vec<i32>,
+    /// B x (NA (1 + sum n_k)): the head-output gradient.
+    pub head_grad: Vec<f32>,
+}
+
+pub struct QNet {
+    cfg: QNetConfig,
+    d: Dims,
+    off: Offsets,
+    stream: Arc<CudaStream>,
+    blas: Blas,
+    k: Kernels,
+    /// Online parameters in `[0, P)`, target in `[P, 2P)`.
+    params: CudaSlice<f32>,
+    grads: CudaSlice<f32>,
+    pub opt: Optimizer,
+    branches: CudaSlice<u32>,
+    ones: CudaSlice<f32>,
+    x: CudaSlice<f32>,
+    a1: CudaSlice<f32>,
+    a2: CudaSlice<f32>,
+    ah: CudaSlice<f32>,
+    y: CudaSlice<f32>,
+    logits: CudaSlice<f32>,
+    log_probs: CudaSlice<f32>,
+    probs: CudaSlice<f32>,
+    q: CudaSlice<f32>,
+    next_actions: CudaSlice<i32>,
+    sample_loss: CudaSlice<f64>,
+    /// New replay priorities of the last update's batch, in batch order (device resident,
+    /// the input of `PerBuffer::update_priorities`).
+    pub priorities: CudaSlice<f32>,
+    dy: CudaSlice<f32>,
+    loss: CudaSlice<f64>,
+    dhh: CudaSlice<f32>,
+    dh2: CudaSlice<f32>,
+    dh1: CudaSlice<f32>,
+    graph: GraphSlot,
+    /// Benchmarking only: launch the GEMMs and skip the kernels between them (the values
+    /// are then meaningless), to time the GEMMs alone.
+    gemms_only: bool,
+}
+
+impl QNet {
+    /// A network pair for batches of `batch` transitions, online and target initialised
+    /// from `cfg.seed` (the oracle's `init_params`), Adam at step 0.
+    pub fn new(gpu: &Gpu, cfg: &QNetConfig, batch: usize) -> Result<Self> {
+        cfg.validate()?;
+        if batch == 0 {
+            return Err(Error::Usage("Q-network batch 0: an update needs at least one transition".into()));
+        }
+        if cfg.num_branches() > MAX_BRANCHES {
+            return Err(Error::Usage(format!(
+                "{} action branches: the kernels take at most {MAX_BRANCHES}; merge branches or raise QNET_MAX_BRANCHES",
+                cfg.num_branches()
+            )));
+        }
+        let sizes = [batch, cfg.state_dim, cfg.h1, cfg.h2, spec::hidden_width(cfg), spec::output_width(cfg)];
+        if sizes.iter().any(|&v| v >= i32::MAX as usize / 4) {
+            return Err(Error::Usage(format!("Q-network sizes {sizes:?} exceed cuBLAS's 32-bit dimensions")));
+        }
+        let d = Dims {
+            b: batch,
+            rows: 2 * batch,
+            s: cfg.state_dim,
+            h1: cfg.h1,
+            h2: cfg.h2,
+            hw: spec::hidden_width(cfg),
+            ow: spec::output_width(cfg),
+            lw: spec::output_width(cfg) - cfg.atoms,
+            qw: cfg.branches.iter().sum(),
+            na: cfg.atoms,
+            kk: cfg.num_branches(),
+            params: spec::param_count(cfg),
+        };
+        let s = &gpu.stream;
+        let f = |kernel: &str, entry: &str| gpu.function(kernel, entry);
+        let k = Kernels {
+            stage_input: f("qnet_forward", "qnet_stage_input")?,
+            relu: f("qnet_forward", "qnet_relu")?,
+            head: f("qnet_head", "qnet_head")?,
+            loss: f("qnet_loss", "qnet_loss")?,
+            loss_reduce: f("qnet_loss", "qnet_loss_reduce")?,
+            relu_backward: f("qnet_backward", "qnet_relu_backward")?,
+        };
+        let init = spec::init_params(cfg);
+        let mut pair = init.clone();
+        pair.extend_from_slice(&init);
+        let branches: Vec<u32> = cfg.branches.iter().map(|&n| n as u32).collect();
+        let (r, n) = (d.rows, NETS);
+        let mut net = QNet {
+            cfg: cfg.clone(),
+            off: Offsets::of(cfg)?,
+            stream: s.clone(),
+            blas: Blas::new(s)?,
+            k,
+            params: s.clone_htod(&pair)?,
+            grads: s.alloc_zeros(d.params)?,
+            opt: Optimizer::new(gpu, cfg, d.params)?,
+            branches: s.clone_htod(&branches)?,
+            ones: s.clone_htod(&vec![1.0f32; batch])?,
+            x: s.alloc_zeros(r * (d.s + 1))?,
+            a1: s.alloc_zeros(n * r * (d.h1 + 1))?,
+            a2: s.alloc_zeros(n * r * (d.h2 + 1))?,
+            ah: s.alloc_zeros(n * r * (d.hw + 1))?,
+            y: s.alloc_zeros(n * r * d.ow)?,
+            logits: s.alloc_zeros(n * r * d.lw)?,
+            log_probs: s.alloc_zeros(n * r * d.lw)?,
+            probs: s.alloc_zeros(n * r * d.lw)?,
+            q: s.alloc_zeros(n * r * d.qw)?,
+            next_actions: s.alloc_zeros(batch * d.kk)?,
+            sample_loss: s.alloc_zeros(batch)?,
+            priorities: s.alloc_zeros(batch)?,
+            dy: s.alloc_zeros(batch * d.ow)?,
+            loss: s.alloc_zeros(1)?,
+            dhh: s.alloc_zeros(batch * d.hw)?,
+            dh2: s.alloc_zeros(batch * d.h2)?,
+            dh1: s.alloc_zeros(batch * d.h1)?,
+            graph: GraphSlot::new("qnet_update"),
+            gemms_only: false,
+            d,
+        };
+        net.set_params(&init, &init)?;
+        Ok(net)
+    }
+
+    /// Benchmarking only: with `true`, forward, loss and backward launch their GEMMs and
+    /// nothing else, so a timing of them is the GEMMs' time; the outputs are then garbage.
+    pub fn set_gemms_only(&mut self, on: bool) {
+        self.gemms_only = on;
+    }
+
+    /// Floating-point operations of the GEMMs of one update (2 per multiply-add): the
+    /// forward over both networks on 2B rows, the backward on B rows.
+    pub fn update_gemm_flops(&self) -> f64 {
+        let (d, c) = (self.d, &self.cfg);
+        let heads: usize = c.value_hidden * c.atoms + c.branches.iter().map(|&n| c.adv_hidden * n * c.atoms).sum::<usize>();
+        let fwd = (d.s + 1) * d.h1 + (d.h1 + 1) * d.h2 + (d.h2 + 1) * d.hw + heads;
+        let bwd = d.ow + 2 * heads + (d.h2 + 1) * d.hw + d.h2 * d.hw + (d.h1 + 1) * d.h2 + d.h1 * d.h2 + (d.s + 1) * d.h1;
+        2.0 * (NETS * d.rows * fwd + d.b * bwd) as f64
+    }
+
+    pub fn config(&self) -> &QNetConfig {
+        &self.cfg
+    }
+
+    pub fn batch(&self) -> usize {
+        self.d.b
+    }
+
+    pub fn param_count(&self) -> usize {
+        self.d.params
+    }
+
+    fn check_len(&self, what: &str, got: usize, want: usize) -> Result<()> {
+        if got != want {
+            return Err(Error::Usage(format!(
+                "{what} has {got} values, this network (batch {}) takes {want}: size it from the batch and the config",
+                self.d.b
+            )));
+        }
+        Ok(())
+    }
+
+    /// Upload online and target parameters (each `param_count`, in the oracle's layout).
+    pub fn set_params(&mut self, online: &[f32], target: &[f32]) -> Result<()> {
+        let p = self.d.params;
+        self.check_len("online parameters", online.len(), p)?;
+        self.check_len("target parameters", target.len(), p)?;
+        self.stream.memcpy_htod(online, &mut self.params.slice_mut(..p))?;
+        self.stream.memcpy_htod(target, &mut self.params.slice_mut(p..))?;
+        Ok(())
+    }
+
+    /// `(online, target)` parameters.
+    pub fn params(&self) -> Result<(Vec<f32>, Vec<f32>)> {
+        let p = self.d.params;
+        Ok((self.stream.clone_dtoh(&self.params.slice(..p))?, self.stream.clone_dtoh(&self.params.slice(p..))?))
+    }
+
+    /// The gradient of the last backward (before clipping).
+    pub fn grads(&self) -> Result<Vec<f32>> {
+        Ok(self.stream.clone_dtoh(&self.grads)?)
+    }
+
+    fn check_batch(&self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
+        let (b, s, kk) = (self.d.b, self.d.s, self.d.kk);
+        self.check_len("states", t.states.len(), b * s)?;
+        self.check_len("next_states", t.next_states.len(), b * s)?;
+        self.check_len("actions", t.actions.len(), b * kk)?;
+        self.check_len("rewards", t.rewards.len(), b)?;
+        self.check_len("dones", t.dones.len(), b)?;
+        self.check_len("weights", weights.len(), b)
+    }
+
+    /// The online network on s and s' and the target network on s' (and, unused, on s):
+    /// input staging, 3 hidden layers (GEMM + ReLU), 1 + K head-output GEMMs, `qnet_head`.
+    pub fn forward(&mut self, states: &CudaSlice<f32>, next_states: &CudaSlice<f32>) -> Result<()> {
+        let d = self.d;
+        self.check_len("states", states.len(), d.b * d.s)?;
+        self.check_len("next_states", next_states.len(), d.b * d.s)?;
+        let (b32, s32) = (d.b as u32, d.s as u32);
+        let mut l = self.stream.launch_builder(&self.k.stage_input);
+        l.arg(states).arg(next_states).arg(&mut self.x).arg(&b32).arg(&s32);
+        // SAFETY: qnet_stage_input(const float* s [B x S], const float* s2 [B x S],
+        // float* x [2B x (S + 1)], u32 B, u32 S): lengths checked above and in new().
+        if !self.gemms_only {
+            unsafe { l.launch(grid_stride(d.rows * (d.s + 1))) }?;
+        }
+
+        let (p, r, off) = (d.params, d.rows, &self.off);
+        let pl = Layout::plain;
+        let all = NETS * r;
+        // Hidden layers: a = relu([in | 1] [w; b]) for both networks (x is shared: stride 0).
+        #[rustfmt::skip]
+        self.blas.gemm_batched(NETS, r, d.h1, d.s + 1, 1.0,
+            &self.x, pl(d.s + 1), 0,
+            &self.params.slice(off.w1..), pl(d.h1), p,
+            0.0, &mut self.a1, d.h1 + 1, r * (d.h1 + 1))?;
+        relu(self.gemms_only, &self.stream, &self.k.relu, &mut self.a1, all, d.h1)?;
+        #[rustfmt::skip]
+        self.blas.gemm_batched(NETS, r, d.h2, d.h1 + 1, 1.0,
+            &self.a1, pl(d.h1 + 1), r * (d.h1 + 1),
+            &self.params.slice(off.w2..), pl(d.h2), p,
+            0.0, &mut self.a2, d.h2 + 1, r * (d.h2 + 1))?;
+        relu(self.gemms_only, &self.stream, &self.k.relu, &mut self.a2, all, d.h2)?;
+        #[rustfmt::skip]
+        self.blas.gemm_batched(NETS, r, d.hw, d.h2 + 1, 1.0,
+            &self.a2, pl(d.h2 + 1), r * (d.h2 + 1),
+            &self.params.slice(off.wh..), pl(d.hw), p,
+            0.0, &mut self.ah, d.hw + 1, r * (d.hw + 1))?;
+        relu(self.gemms_only, &self.stream, &self.k.relu, &mut self.ah, all, d.hw)?;
+        // Head outputs, one GEMM per head over both networks: y[:, head] = hidden[:, head] w2.
+        for (head, (in_col, out_col, width, w)) in self.heads().into_iter().enumerate() {
+            let fan_in = if head == 0 { self.cfg.value_hidden } else { self.cfg.adv_hidden };
+            #[rustfmt::skip]
+            self.blas.gemm_batched(NETS, r, width, fan_in, 1.0,
+                &self.ah.slice(in_col..), pl(d.hw + 1), r * (d.hw + 1),
+                &self.params.slice(w..), pl(width), p,
+                0.0, &mut self.y.slice_mut(out_col..), d.ow, r * d.ow)?;
+        }
+        let (p64, bo, kk, na, rows32) = (p as u64, off.bo as u32, d.kk as u32, d.na as u32, r as u32);
+        let mut l = self.stream.launch_builder(&self.k.head);
+        l.arg(&self.y)
+            .arg(&self.params)
+            .arg(&p64)
+            .arg(&bo)
+            .arg(&self.branches)
+            .arg(&kk)
+            .arg(&na)
+            .arg(&self.cfg.v_min)
+            .arg(&self.cfg.v_max)
+            .arg(&rows32)
+            .arg(&mut self.logits)
+            .arg(&mut self.log_probs)
+            .arg(&mut self.probs)
+            .arg(&mut self.q);
+        let cfg = LaunchConfig {
+            grid_dim: (rows32, NETS as u32, 1),
+            block_dim: (HEAD_THREADS, 1, 1),
+            shared_mem_bytes: (d.lw * 8) as u32,
+        };
+        // SAFETY: follows qnet_head's signature: y is NETS x 2B x ow, params 2 x P with bo at
+        // `bo`, branches K values, the outputs NETS x 2B x lw (logits, log_probs, probs) and
+        // NETS x 2B x qw (q); grid (2B, NETS), L doubles of dynamic shared memory.
+        if !self.gemms_only {
+            unsafe { l.launch(cfg) }?;
+        }
+        Ok(())
+    }
+
+    /// Each head's `(hidden column, output column, output width, weight offset)`: the value
+    /// head, then branch k.
+    fn heads(&self) -> Vec<(usize, usize, usize, usize)> {
+        let (cfg, offsets) = (&self.cfg, spec::output_offsets(&self.cfg));
+        let mut h = vec![(0, 0, cfg.atoms, self.off.wv2)];
+        for (k, &n) in cfg.branches.iter().enumerate() {
+            h.push((cfg.value_hidden + k * cfg.adv_hidden, offsets[k + 1], n * cfg.atoms, self.off.wa2[k]));
+        }
+        h
+    }
+
+    /// `qnet_loss` and `qnet_loss_reduce` on the last forward, for the batch's actions,
+    /// rewards, dones and importance weights.
+    pub fn loss(&mut self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
+        self.check_batch(t, weights)?;
+        if self.gemms_only {
+            return Ok(());
+        }
+        let d = self.d;
+        let (kk, na, b32) = (d.kk as u32, d.na as u32, d.b as u32);
+        let discount = self.cfg.discount();
+        let mut l = self.stream.launch_builder(&self.k.loss);
+        l.arg(&self.q)
+            .arg(&self.log_probs)
+            .arg(&self.probs)
+            .arg(&t.actions)
+            .arg(&t.rewards)
+            .arg(&t.dones)
+            .arg(weights)
+            .arg(&self.branches)
+            .arg(&kk)
+            .arg(&na)
+            .arg(&b32)
+            .arg(&self.cfg.v_min)
+            .arg(&self.cfg.v_max)
+            .arg(&discount)
+            .arg(&self.cfg.huber_kappa)
+            .arg(&mut self.next_actions)
+            .arg(&mut self.sample_loss)
+            .arg(&mut self.priorities)
+            .arg(&mut self.dy);
+        let cfg = LaunchConfig {
+            grid_dim: (b32, 1, 1),
+            block_dim: (LOSS_THREADS, 1, 1),
+            shared_mem_bytes: (2 * d.kk * d.na * 8) as u32,
+        };
+        // SAFETY: follows qnet_loss's signature: q, log_probs, probs as written by qnet_head
+        // for NETS x 2B rows; actions B x K (each in [0, n_k): the caller's batch, checked by
+        // the oracle's check_batch where it is built), rewards, dones, weights B; outputs
+        // next_actions B x K, sample_loss and priorities B, dy B x ow.
+        unsafe { l.launch(cfg) }?;
+        let mut l = self.stream.launch_builder(&self.k.loss_reduce);
+        l.arg(&self.sample_loss).arg(weights).arg(&b32).arg(&mut self.loss);
+        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: qnet_loss_reduce(const double* [B], const float* [B], u32 B, double* [1]).
+        unsafe { l.launch(one) }?;
+        Ok(())
+    }
+
+    /// The gradient of the loss into `grads` from the loss's head-output gradient: 14 GEMMs
+    /// (every one writes its block of `grads` with beta 0, so nothing needs zeroing) and 3
+    /// ReLU backwards, on the online network's rows of s.
+    pub fn backward(&mut self) -> Result<()> {
+        let d = self.d;
+        let (b, off, pl, tr) = (d.b, self.off.clone(), Layout::plain, Layout::transposed);
+        // Head-output biases: bo = 1^T dy.
+        #[rustfmt::skip]
+        self.blas.gemm(1, d.ow, b, 1.0, &self.ones, pl(b), &self.dy, pl(d.ow),
+            0.0, &mut self.grads.slice_mut(off.bo..off.bo + d.ow), d.ow)?;
+        for (in_col, out_col, width, w) in self.heads() {
+            let fan_in = if in_col == 0 { self.cfg.value_hidden } else { self.cfg.adv_hidden };
+            // d w2 = hidden^T dy[:, head]
+            #[rustfmt::skip]
+            self.blas.gemm(fan_in, width, b, 1.0,
+                &self.ah.slice(in_col..), tr(d.hw + 1), &self.dy.slice(out_col..), pl(d.ow),
+                0.0, &mut self.grads.slice_mut(w..w + fan_in * width), width)?;
+            // d hidden[:, head] = dy[:, head] w2^T
+            #[rustfmt::skip]
+            self.blas.gemm(b, fan_in, width, 1.0,
+                &self.dy.slice(out_col..), pl(d.ow), &self.params.slice(w..w + fan_in * width), tr(width),
+                0.0, &mut self.dhh.slice_mut(in_col..), d.hw)?;
+        }
+        relu_backward(self.gemms_only, &self.stream, &self.k.relu_backward, &mut self.dhh, &self.ah, b, d.hw)?;
+        // [wh; bh] and dh2.
+        #[rustfmt::skip]
+        self.blas.gemm(d.h2 + 1, d.hw, b, 1.0, &self.a2, tr(d.h2 + 1), &self.dhh, pl(d.hw),
+            0.0, &mut self.grads.slice_mut(off.wh..off.wh + (d.h2 + 1) * d.hw), d.hw)?;
+        #[rustfmt::skip]
+        self.blas.gemm(b, d.h2, d.hw, 1.0, &self.dhh, pl(d.hw), &self.params.slice(off.wh..off.wh + d.h2 * d.hw), tr(d.hw),
+            0.0, &mut self.dh2, d.h2)?;
+        relu_backward(self.gemms_only, &self.stream, &self.k.relu_backward, &mut self.dh2, &self.a2, b, d.h2)?;
+        // [w2; b2] and dh1.
+        #[rustfmt::skip]
+        self.blas.gemm(d.h1 + 1, d.h2, b, 1.0, &self.a1, tr(d.h1 + 1), &self.dh2, pl(d.h2),
+            0.0, &mut self.grads.slice_mut(off.w2..off.w2 + (d.h1 + 1) * d.h2), d.h2)?;
+        #[rustfmt::skip]
+        self.blas.gemm(b, d.h1, d.h2, 1.0, &self.dh2, pl(d.h2), &self.params.slice(off.w2..off.w2 + d.h1 * d.h2), tr(d.h2),
+            0.0, &mut self.dh1, d.h1)?;
+        relu_backward(self.gemms_only, &self.stream, &self.k.relu_backward, &mut self.dh1, &self.a1, b, d.h1)?;
+        // [w1; b1].
+        #[rustfmt::skip]
+        self.blas.gemm(d.s + 1, d.h1, b, 1.0, &self.x, tr(d.s + 1), &self.dh1, pl(d.h1),
+            0.0, &mut self.grads.slice_mut(off.w1..off.w1 + (d.s + 1) * d.h1), d.h1)?;
+        Ok(())
+    }
+
+    /// Grad norm, clip and Adam on the online parameters.
+    pub fn optimize(&mut self) -> Result<()> {
+        let p = self.d.params;
+        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view())
+    }
+
+    /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
+    /// priorities are in [`QNet::priorities`].
+    pub fn update(&mut self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
+        self.check_batch(t, weights)?;
+        self.forward(&t.states, &t.next_states)?;
+        self.loss(t, weights)?;
+        self.backward()?;
+        self.optimize()
+    }
+
+    /// [`QNet::update`] through the network's graph slot: eager once, then captured, then
+    /// replayed. The batch and weights must stay the same buffers (refilled in place).
+    pub fn update_graphed(&mut self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
+        self.check_batch(t, weights)?;
+        let binding = binding(&self.stream, t, weights);
+        let stream = self.stream.clone();
+        let mut slot = std::mem::replace(&mut self.graph, GraphSlot::new("qnet_update"));
+        let r = slot.run(&stream, binding, || self.update(t, weights));
+        self.graph = slot;
+        r
+    }
+
+    pub fn graph_phase(&self) -> Phase {
+        self.graph.phase()
+    }
+
+    /// Target sync: a copy of the online parameters, or the Polyak average (config).
+    pub fn target_sync(&mut self) -> Result<()> {
+        let p = self.d.params;
+        let (online, mut target) = self.params.split_at_mut(p);
+        self.opt.target_sync(&online.as_view(), &mut target, self.cfg.polyak_tau)
+    }
+
+    /// Read one network's forward outputs (`net` 0 online, 1 target).
+    pub fn read_forward(&self, net: usize) -> Result<ForwardOut> {
+        if net >= NETS {
+            return Err(Error::Usage(format!("network {net}: 0 is the online network, 1 the target")));
+        }
+        let d = self.d;
+        let r = d.rows;
+        let s = &self.stream;
+        let strip = |buf: &CudaSlice<f32>, width: usize, ld: usize| -> Result<Vec<f32>> {
+            let all = s.clone_dtoh(&buf.slice(net * r * ld..(net + 1) * r * ld))?;
+            Ok(all.chunks_exact(ld).flat_map(|row| row[..width].iter().copied()).collect())
+        };
+        let c51 = d.na > 1;
+        Ok(ForwardOut {
+            h1: strip(&self.a1, d.h1, d.h1 + 1)?,
+            h2: strip(&self.a2, d.h2, d.h2 + 1)?,
+            heads_hidden: strip(&self.ah, d.hw, d.hw + 1)?,
+            logits: strip(&self.logits, d.lw, d.lw)?,
+            log_probs: if c51 { strip(&self.log_probs, d.lw, d.lw)? } else { Vec::new() },
+            probs: if c51 { strip(&self.probs, d.lw, d.lw)? } else { Vec::new() },
+            q: strip(&self.q, d.qw, d.qw)?,
+        })
+    }
+
+    pub fn read_loss(&self) -> Result<LossOut> {
+        let s = &self.stream;
+        Ok(LossOut {
+            loss: s.clone_dtoh(&self.loss)?[0],
+            sample_loss: s.clone_dtoh(&self.sample_loss)?,
+            priorities: s.clone_dtoh(&self.priorities)?,
+            next_actions: s.clone_dtoh(&self.next_actions)?,
+            head_grad: s.clone_dtoh(&self.dy)?,
+        })
+    }
+
+    /// Fill every output buffer with NaN (ints with -1), so a check can see that a launch
+    /// wrote every element.
+    pub fn poison_outputs(&mut self) -> Result<()> {
+        let s = self.stream.clone();
+        for buf in [
+            &mut self.a1, &mut self.a2, &mut self.ah, &mut self.y, &mut self.logits, &mut self.log_probs,
+            &mut self.probs, &mut self.q, &mut self.priorities, &mut self.dy, &mut self.dhh, &mut self.dh2,
+            &mut self.dh1, &mut self.grads, &mut self.x,
+        ] {
+            let nan = vec![f32::NAN; buf.len()];
+            s.memcpy_htod(&nan, buf)?;
+        }
+        s.memcpy_htod(&vec![-1i32; self.next_actions.len()], &mut self.next_actions)?;
+        s.memcpy_htod(&vec![f64::NAN; self.sample_loss.len()], &mut self.sample_loss)?;
+        s.memcpy_htod(&[f64::NAN], &mut self.loss)?;
+        Ok(())
+    }
+}
+
+/// The device addresses an update reads its batch from, folded into one graph binding.
+fn binding(stream: &Arc<CudaStream>, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut mix = |p: u64| h = (h ^ p).wrapping_mul(0x0100_0000_01b3);
+    mix(t.states.device_ptr(stream).0);
+    mix(t.next_states.device_ptr(stream).0);
+    mix(t.actions.device_ptr(stream).0);
+    mix(t.rewards.device_ptr(stream).0);
+    mix(t.dones.device_ptr(stream).0);
+    mix(weights.device_ptr(stream).0);
+    h
+}
+
+fn relu(skip: bool, stream: &Arc<CudaStream>, k: &CudaFunction, a: &mut CudaSlice<f32>, rows: usize, width: usize) -> Result<()> {
+    if skip {
+        return Ok(());
+    }
+    let (rows64, w32) = (rows as u64, width as u32);
+    let mut b = stream.launch_builder(k);
+    b.arg(a).arg(&rows64).arg(&w32);
+    // SAFETY: qnet_relu(float* a [rows x (width + 1)], u64 rows, u32 width); every caller
+    // passes an activation of NETS x 2B x (width + 1) with rows = NETS x 2B.
+    unsafe { b.launch(grid_stride(rows * (width + 1))) }?;
+    Ok(())
+}
+
+fn relu_backward(
+    skip: bool,
+    stream: &Arc<CudaStream>,
+    k: &CudaFunction,
+    d: &mut CudaSlice<f32>,
+    a: &CudaSlice<f32>,
+    rows: usize,
+    width: usize,
+) -> Result<()> {
+    if skip {
+        return Ok(());
+    }
+    let (rows64, w32) = (rows as u64, width as u32);
+    let mut b = stream.launch_builder(k);
+    b.arg(d).arg(a).arg(&rows64).arg(&w32);
+    // SAFETY: qnet_relu_backward(float* d [rows x width], const float* a [rows x (width + 1)],
+    // u64, u32): d holds B x width, a holds NETS x 2B x (width + 1) and rows = B.
+    unsafe { b.launch(grid_stride(rows * width)) }?;
+    Ok(())
+}
