@@ -1,6 +1,7 @@
-// qnet_head: the end of the forward. For each network and row, the head-output row y (the
-// GEMM results, without bias) plus the bias bo gives the value v [NA] and each branch's
-// advantages a_k [n_k, NA]; then per branch the dueling logits
+// qnet_head: the end of the forward. For each network and row, the head-output row y (one
+// GEMM of the heads' hidden activation with the dense head matrix, bias included: see
+// qnet_heads.cu) holds the value v [NA] and each branch's advantages a_k [n_k, NA]; then per
+// branch the dueling logits
 //   logits_k[j, z] = (v[z] + a_k[j, z]) - (1/n_k) sum_j' a_k[j', z]
 // and for NA > 1 the log-softmax over z, its exp and Q = sum_z probs z_z (C51); for NA = 1
 // Q is the logit. Arithmetic in double, each stored value rounded once to float.
@@ -8,7 +9,6 @@
 //
 // Layouts (net = blockIdx.y, row = blockIdx.x, `rows` rows per net):
 //   y         [nets][rows][out]   out = NA (1 + sum_k n_k): value, then branch k at out[k+1]
-//   params    net's flat buffer at net * param_stride; bo at bo_offset
 //   logits, log_probs, probs  [nets][rows][L]   L = sum_k n_k NA, branch k at logit[k]
 //   q         [nets][rows][A]   A = sum_k n_k
 // log_probs and probs are written only for NA > 1.
@@ -28,9 +28,7 @@ __device__ __forceinline__ double warp_max(double v) {
     return v;
 }
 
-extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* __restrict__ params,
-                                     unsigned long long param_stride, unsigned int bo_offset,
-                                     const unsigned int* __restrict__ branches, unsigned int nbranch,
+extern "C" __global__ void qnet_head(const float* __restrict__ y, const unsigned int* __restrict__ branches, unsigned int nbranch,
                                      unsigned int na, float v_min, float v_max, unsigned int rows,
                                      float* __restrict__ logits, float* __restrict__ log_probs,
                                      float* __restrict__ probs, float* __restrict__ q) {
@@ -43,17 +41,16 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
     const unsigned int out_w = shape.out[nbranch + 1], L = shape.logit[nbranch], A = shape.q[nbranch];
     const unsigned long long at = (unsigned long long)net * rows + row;
     const float* yr = y + at * out_w;
-    const float* bo = params + net * param_stride + bo_offset;
 
     // Dueling logits, one (branch, atom) pair per thread: the mean over actions in order.
     for (unsigned int p = threadIdx.x; p < nbranch * na; p += blockDim.x) {
         const unsigned int k = p / na, z = p % na, n = shape.n[k], base = shape.out[k + 1] + z;
-        const double v = (double)yr[z] + (double)bo[z];
+        const double v = (double)yr[z];
         double sum = 0.0;
-        for (unsigned int j = 0; j < n; ++j) sum += (double)yr[base + j * na] + (double)bo[base + j * na];
+        for (unsigned int j = 0; j < n; ++j) sum += (double)yr[base + j * na];
         const double mean = sum / (double)n;
         for (unsigned int j = 0; j < n; ++j) {
-            const double a = (double)yr[base + j * na] + (double)bo[base + j * na];
+            const double a = (double)yr[base + j * na];
             logit_row[shape.logit[k] + j * na + z] = (v + a) - mean;
         }
     }

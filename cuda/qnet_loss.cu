@@ -11,7 +11,7 @@
 // Then the dueling backward into the head-output gradient row dy_i (qnet::head_grad), the
 // per-sample loss L_i = (1/K) sum_k l_k and the priority (C51 L_i, scalar mean_k |TD_k|).
 // Oracle: qnet::loss_with_next_actions, qnet::next_actions, qnet::head_grad.
-//   qnet_loss:        grid (B), block QNET_LOSS_THREADS; dynamic shared: 2 K NA doubles.
+//   qnet_loss:        grid (B), block QNET_LOSS_THREADS; dynamic shared: (2 K + 3) NA doubles.
 //   qnet_loss_reduce: ONE block of 256 threads: loss = (1/B) sum_i w_i L_i.
 #include "common/qnet.cuh"
 
@@ -21,16 +21,17 @@ __device__ __forceinline__ double clampd(double x, double lo, double hi) {
     return x < lo ? lo : (x > hi ? hi : x);  // Rust's f64::clamp for non-NaN x
 }
 
-// Mass that source atom t (probability p) of the target distribution puts on atom z.
-__device__ __forceinline__ double project_into(double m, unsigned int z, double p, double r, double g,
-                                               double lo, double hi, double dz, unsigned int na, unsigned int t) {
+// Where source atom t of the target distribution lands: b = clamp((Tz - v_min) / dz, 0, NA-1)
+// for Tz = clamp(r + g z_t, v_min, v_max), split between l = floor(b) and u = ceil(b).
+struct Landing {
+    double l, u, b;
+};
+
+__device__ __forceinline__ Landing land(double r, double g, double lo, double hi, double dz, unsigned int na,
+                                        unsigned int t) {
     const double tz = clampd(__dadd_rn(r, __dmul_rn(g, support_atom(lo, dz, t))), lo, hi);
     const double b = clampd(__ddiv_rn(__dsub_rn(tz, lo), dz), 0.0, (double)(na - 1));
-    const double l = floor(b), u = ceil(b);
-    if ((unsigned int)l == z) m = __dadd_rn(m, __dmul_rn(p, __dsub_rn(u, b)));
-    if ((unsigned int)u == z) m = __dadd_rn(m, __dmul_rn(p, __dsub_rn(b, l)));
-    if (l == u && (unsigned int)l == z) m = __dadd_rn(m, p);
-    return m;
+    return Landing{floor(b), ceil(b), b};
 }
 
 __device__ __forceinline__ double huber(double d, double kappa) {
@@ -50,9 +51,12 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
                                      float v_max, double discount, float kappa, int* __restrict__ next_actions,
                                      double* __restrict__ sample_loss, float* __restrict__ priority,
                                      float* __restrict__ dy) {
-    extern __shared__ double smem[];  // m [K][NA], then dl [K][NA]
+    extern __shared__ double smem[];  // m [K][NA], dl [K][NA], then land_l, land_u, land_b [NA]
     double* m = smem;
     double* dl = smem + nbranch * na;
+    double* land_l = dl + nbranch * na;
+    double* land_u = land_l + na;
+    double* land_b = land_u + na;
     __shared__ BranchShape shape;
     __shared__ double red[QNET_LOSS_THREADS];
     __shared__ double branch_loss[QNET_MAX_BRANCHES];
@@ -82,11 +86,29 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
 
     if (na > 1) {
         const double lo = (double)v_min, hi = (double)v_max, dz = (hi - lo) / (double)(na - 1);
+        // The landings depend on the row only (r, done), not on the branch.
+        for (unsigned int t = tid; t < na; t += QNET_LOSS_THREADS) {
+            const Landing x = land(r, g, lo, hi, dz, na, t);
+            land_l[t] = x.l;
+            land_u[t] = x.u;
+            land_b[t] = x.b;
+        }
+        __syncthreads();
+        // Gather per target atom z over the sources t in order, with the oracle's terms in its
+        // order: p (u - b) where l = z, p (b - l) where u = z, and p where l = u = z.
         for (unsigned int k = 0; k < nbranch; ++k) {
             const float* pt = probs + s2_tg * L + shape.logit[k] + a_star[k] * na;
             for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS) {
+                const double zd = (double)z;
                 double mz = 0.0;
-                for (unsigned int t = 0; t < na; ++t) mz = project_into(mz, z, (double)pt[t], r, g, lo, hi, dz, na, t);
+                for (unsigned int t = 0; t < na; ++t) {
+                    const double l = land_l[t], u = land_u[t];
+                    if (l != zd && u != zd) continue;
+                    const double p = (double)pt[t], b = land_b[t];
+                    if (l == zd) mz = __dadd_rn(mz, __dmul_rn(p, __dsub_rn(u, b)));
+                    if (u == zd) mz = __dadd_rn(mz, __dmul_rn(p, __dsub_rn(b, l)));
+                    if (l == u && l == zd) mz = __dadd_rn(mz, p);
+                }
                 m[k * na + z] = mz;
             }
         }

@@ -9,9 +9,11 @@
 //! used: at these sizes a GEMM costs its launch, not its rows). Each layer with one input
 //! multiplies an activation that carries a ones column by the layer's `[w; b]` block of the
 //! flat buffer, so biases ride in the forward GEMMs and bias gradients come out of the
-//! weight-gradient GEMMs; the heads' hidden layers are one matrix. Per update: 7 GEMMs
-//! forward, 14 backward, 10 kernels (input staging, 3 ReLU, head, loss, loss reduction,
-//! 3 ReLU backward) and the optimizer's 3.
+//! weight-gradient GEMMs; the heads' hidden layers are one matrix, and the heads' output
+//! layers are one dense block-diagonal matrix with the output bias as its last row (a
+//! working copy of the compact tensors, cuda/qnet_heads.cu). Per update: 4 GEMMs forward,
+//! 7 backward, 12 kernels (input staging, 3 ReLU, head, loss, loss reduction, gradient
+//! gather, 3 ReLU backward, head-matrix scatter) and the optimizer's 3.
 //!
 //! **Hot path.** Every buffer is allocated in [`QNet::new`]; an update launches work only:
 //! no allocation, no host copy, no synchronisation. All per-step values (the Adam step, the
@@ -44,8 +46,6 @@ struct Offsets {
     w2: usize,
     wh: usize,
     wv2: usize,
-    wa2: Vec<usize>,
-    bo: usize,
 }
 
 impl Offsets {
@@ -55,14 +55,19 @@ impl Offsets {
                 .map(|t| t.offset)
                 .ok_or_else(|| Error::Usage(format!("the Q-network layout has no tensor {name}")))
         };
-        Ok(Offsets {
-            w1: at("w1")?,
-            w2: at("w2")?,
-            wh: at("wh")?,
-            wv2: at("wv2")?,
-            wa2: (0..cfg.num_branches()).map(|k| at(&format!("wa2_{k}"))).collect::<Result<_>>()?,
-            bo: at("bo")?,
-        })
+        // qnet_heads_gather writes wv2, wa2_0.., bo as one run from wv2's offset.
+        let wv2 = at("wv2")?;
+        let mut end = wv2 + cfg.value_hidden * cfg.atoms;
+        for (k, &n) in cfg.branches.iter().enumerate() {
+            if at(&format!("wa2_{k}"))? != end {
+                return Err(Error::Usage(format!("layout: wa2_{k} does not follow the previous head's weights")));
+            }
+            end += cfg.adv_hidden * n * cfg.atoms;
+        }
+        if at("bo")? != end || end + spec::output_width(cfg) != spec::param_count(cfg) {
+            return Err(Error::Usage("layout: bo must follow the heads' output weights and end the buffer".into()));
+        }
+        Ok(Offsets { w1: at("w1")?, w2: at("w2")?, wh: at("wh")?, wv2 })
     }
 }
 
@@ -95,7 +100,24 @@ struct Kernels {
     loss: CudaFunction,
     loss_reduce: CudaFunction,
     relu_backward: CudaFunction,
+    heads_scatter: CudaFunction,
+    heads_gather: CudaFunction,
 }
+
+/// `struct HeadsDims` of cuda/qnet_heads.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct HeadsDims {
+    vh: u32,
+    ah: u32,
+    na: u32,
+    nbranch: u32,
+    hidden: u32,
+    out: u32,
+}
+
+// SAFETY: plain old data of six u32, laid out as the kernel's struct (repr(C)).
+unsafe impl cudarc::driver::DeviceRepr for HeadsDims {}
 
 /// What the forward left on the device for one network, read back (tests, `verify`).
 #[derive(Clone, Debug, PartialEq)]
@@ -138,7 +160,11 @@ pub struct QNet {
     grads: CudaSlice<f32>,
     pub opt: Optimizer,
     branches: CudaSlice<u32>,
-    ones: CudaSlice<f32>,
+    heads_dims: HeadsDims,
+    /// The dense head-output matrices `[(H + 1) x O]` of online then target.
+    heads_w: CudaSlice<f32>,
+    /// The dense gradient of the online one.
+    heads_grad: CudaSlice<f32>,
     x: CudaSlice<f32>,
     a1: CudaSlice<f32>,
     a2: CudaSlice<f32>,
@@ -205,6 +231,16 @@ impl QNet {
             loss: f("qnet_loss", "qnet_loss")?,
             loss_reduce: f("qnet_loss", "qnet_loss_reduce")?,
             relu_backward: f("qnet_backward", "qnet_relu_backward")?,
+            heads_scatter: f("qnet_heads", "qnet_heads_scatter")?,
+            heads_gather: f("qnet_heads", "qnet_heads_gather")?,
+        };
+        let heads_dims = HeadsDims {
+            vh: cfg.value_hidden as u32,
+            ah: cfg.adv_hidden as u32,
+            na: cfg.atoms as u32,
+            nbranch: d.kk as u32,
+            hidden: d.hw as u32,
+            out: d.ow as u32,
         };
         let init = spec::init_params(cfg);
         let mut pair = init.clone();
@@ -221,7 +257,9 @@ impl QNet {
             grads: s.alloc_zeros(d.params)?,
             opt: Optimizer::new(gpu, cfg, d.params)?,
             branches: s.clone_htod(&branches)?,
-            ones: s.clone_htod(&vec![1.0f32; batch])?,
+            heads_dims,
+            heads_w: s.alloc_zeros(NETS * (d.hw + 1) * d.ow)?,
+            heads_grad: s.alloc_zeros((d.hw + 1) * d.ow)?,
             x: s.alloc_zeros(r * (d.s + 1))?,
             a1: s.alloc_zeros(n * r * (d.h1 + 1))?,
             a2: s.alloc_zeros(n * r * (d.h2 + 1))?,
@@ -257,9 +295,10 @@ impl QNet {
     /// forward over both networks on 2B rows, the backward on B rows.
     pub fn update_gemm_flops(&self) -> f64 {
         let (d, c) = (self.d, &self.cfg);
-        let heads: usize = c.value_hidden * c.atoms + c.branches.iter().map(|&n| c.adv_hidden * n * c.atoms).sum::<usize>();
+        let _ = c;
+        let heads = (d.hw + 1) * d.ow; // dense, zeros off the blocks included
         let fwd = (d.s + 1) * d.h1 + (d.h1 + 1) * d.h2 + (d.h2 + 1) * d.hw + heads;
-        let bwd = d.ow + 2 * heads + (d.h2 + 1) * d.hw + d.h2 * d.hw + (d.h1 + 1) * d.h2 + d.h1 * d.h2 + (d.s + 1) * d.h1;
+        let bwd = 2 * heads + (d.h2 + 1) * d.hw + d.h2 * d.hw + (d.h1 + 1) * d.h2 + d.h1 * d.h2 + (d.s + 1) * d.h1;
         2.0 * (NETS * d.rows * fwd + d.b * bwd) as f64
     }
 
@@ -292,6 +331,21 @@ impl QNet {
         self.check_len("target parameters", target.len(), p)?;
         self.stream.memcpy_htod(online, &mut self.params.slice_mut(..p))?;
         self.stream.memcpy_htod(target, &mut self.params.slice_mut(p..))?;
+        self.scatter_heads(NETS)
+    }
+
+    /// `qnet_heads_scatter`: rebuild the dense head matrices of the first `nets` networks
+    /// (1: online, 2: both) from the flat parameters.
+    fn scatter_heads(&mut self, nets: usize) -> Result<()> {
+        if self.gemms_only {
+            return Ok(());
+        }
+        let (p64, wv2, n32) = (self.d.params as u64, self.off.wv2 as u64, nets as u32);
+        let mut l = self.stream.launch_builder(&self.k.heads_scatter);
+        l.arg(&self.params).arg(&p64).arg(&wv2).arg(&self.branches).arg(&self.heads_dims).arg(&n32).arg(&mut self.heads_w);
+        // SAFETY: qnet_heads_scatter(const float* params [2P], u64 P, u64 wv2 offset, const u32*
+        // branches [K], HeadsDims, u32 nets <= 2, float* dense [2 (H + 1) O]).
+        unsafe { l.launch(grid_stride(nets * (self.d.hw + 1) * self.d.ow)) }?;
         Ok(())
     }
 
@@ -353,21 +407,16 @@ impl QNet {
             &self.params.slice(off.wh..), pl(d.hw), p,
             0.0, &mut self.ah, d.hw + 1, r * (d.hw + 1))?;
         relu(self.gemms_only, &self.stream, &self.k.relu, &mut self.ah, all, d.hw)?;
-        // Head outputs, one GEMM per head over both networks: y[:, head] = hidden[:, head] w2.
-        for (head, (in_col, out_col, width, w)) in self.heads().into_iter().enumerate() {
-            let fan_in = if head == 0 { self.cfg.value_hidden } else { self.cfg.adv_hidden };
-            #[rustfmt::skip]
-            self.blas.gemm_batched(NETS, r, width, fan_in, 1.0,
-                &self.ah.slice(in_col..), pl(d.hw + 1), r * (d.hw + 1),
-                &self.params.slice(w..), pl(width), p,
-                0.0, &mut self.y.slice_mut(out_col..), d.ow, r * d.ow)?;
-        }
-        let (p64, bo, kk, na, rows32) = (p as u64, off.bo as u32, d.kk as u32, d.na as u32, r as u32);
+        // Head outputs and biases: y = [hh | 1] [W_heads; bo], one GEMM over both networks.
+        let dense = (d.hw + 1) * d.ow;
+        #[rustfmt::skip]
+        self.blas.gemm_batched(NETS, r, d.ow, d.hw + 1, 1.0,
+            &self.ah, pl(d.hw + 1), r * (d.hw + 1),
+            &self.heads_w, pl(d.ow), dense,
+            0.0, &mut self.y, d.ow, r * d.ow)?;
+        let (kk, na, rows32) = (d.kk as u32, d.na as u32, r as u32);
         let mut l = self.stream.launch_builder(&self.k.head);
         l.arg(&self.y)
-            .arg(&self.params)
-            .arg(&p64)
-            .arg(&bo)
             .arg(&self.branches)
             .arg(&kk)
             .arg(&na)
@@ -383,24 +432,12 @@ impl QNet {
             block_dim: (HEAD_THREADS, 1, 1),
             shared_mem_bytes: (d.lw * 8) as u32,
         };
-        // SAFETY: follows qnet_head's signature: y is NETS x 2B x ow, params 2 x P with bo at
-        // `bo`, branches K values, the outputs NETS x 2B x lw (logits, log_probs, probs) and
+        // SAFETY: follows qnet_head's signature: y is NETS x 2B x ow, branches K values, the outputs NETS x 2B x lw (logits, log_probs, probs) and
         // NETS x 2B x qw (q); grid (2B, NETS), L doubles of dynamic shared memory.
         if !self.gemms_only {
             unsafe { l.launch(cfg) }?;
         }
         Ok(())
-    }
-
-    /// Each head's `(hidden column, output column, output width, weight offset)`: the value
-    /// head, then branch k.
-    fn heads(&self) -> Vec<(usize, usize, usize, usize)> {
-        let (cfg, offsets) = (&self.cfg, spec::output_offsets(&self.cfg));
-        let mut h = vec![(0, 0, cfg.atoms, self.off.wv2)];
-        for (k, &n) in cfg.branches.iter().enumerate() {
-            h.push((cfg.value_hidden + k * cfg.adv_hidden, offsets[k + 1], n * cfg.atoms, self.off.wa2[k]));
-        }
-        h
     }
 
     /// `qnet_loss` and `qnet_loss_reduce` on the last forward, for the batch's actions,
@@ -436,7 +473,7 @@ impl QNet {
         let cfg = LaunchConfig {
             grid_dim: (b32, 1, 1),
             block_dim: (LOSS_THREADS, 1, 1),
-            shared_mem_bytes: (2 * d.kk * d.na * 8) as u32,
+            shared_mem_bytes: ((2 * d.kk + 3) * d.na * 8) as u32,
         };
         // SAFETY: follows qnet_loss's signature: q, log_probs, probs as written by qnet_head
         // for NETS x 2B rows; actions B x K (each in [0, n_k): the caller's batch, checked by
@@ -451,29 +488,30 @@ impl QNet {
         Ok(())
     }
 
-    /// The gradient of the loss into `grads` from the loss's head-output gradient: 14 GEMMs
-    /// (every one writes its block of `grads` with beta 0, so nothing needs zeroing) and 3
-    /// ReLU backwards, on the online network's rows of s.
+    /// The gradient of the loss into `grads` from the loss's head-output gradient: 7 GEMMs
+    /// (each writes its block with beta 0, so nothing needs zeroing), the head gradient
+    /// gather and 3 ReLU backwards, on the online network's rows of s.
     pub fn backward(&mut self) -> Result<()> {
         let d = self.d;
         let (b, off, pl, tr) = (d.b, self.off.clone(), Layout::plain, Layout::transposed);
-        // Head-output biases: bo = 1^T dy.
+        // Heads' output layer: d[W_heads; bo] = [hh | 1]^T dy (dense), gathered into the
+        // compact wv2, wa2_k, bo; d hh = dy W_heads^T.
         #[rustfmt::skip]
-        self.blas.gemm(1, d.ow, b, 1.0, &self.ones, pl(b), &self.dy, pl(d.ow),
-            0.0, &mut self.grads.slice_mut(off.bo..off.bo + d.ow), d.ow)?;
-        for (in_col, out_col, width, w) in self.heads() {
-            let fan_in = if in_col == 0 { self.cfg.value_hidden } else { self.cfg.adv_hidden };
-            // d w2 = hidden^T dy[:, head]
-            #[rustfmt::skip]
-            self.blas.gemm(fan_in, width, b, 1.0,
-                &self.ah.slice(in_col..), tr(d.hw + 1), &self.dy.slice(out_col..), pl(d.ow),
-                0.0, &mut self.grads.slice_mut(w..w + fan_in * width), width)?;
-            // d hidden[:, head] = dy[:, head] w2^T
-            #[rustfmt::skip]
-            self.blas.gemm(b, fan_in, width, 1.0,
-                &self.dy.slice(out_col..), pl(d.ow), &self.params.slice(w..w + fan_in * width), tr(width),
-                0.0, &mut self.dhh.slice_mut(in_col..), d.hw)?;
+        self.blas.gemm(d.hw + 1, d.ow, b, 1.0, &self.ah, tr(d.hw + 1), &self.dy, pl(d.ow),
+            0.0, &mut self.heads_grad, d.ow)?;
+        if !self.gemms_only {
+            let mut l = self.stream.launch_builder(&self.k.heads_gather);
+            l.arg(&self.heads_grad).arg(&self.branches).arg(&self.heads_dims);
+            let mut compact = self.grads.slice_mut(off.wv2..);
+            l.arg(&mut compact);
+            // SAFETY: qnet_heads_gather(const float* dense [(H + 1) O], const u32* branches,
+            // HeadsDims, float* compact): writes vh NA + sum ah n_k NA + O floats from wv2's
+            // offset, which is where wv2, wa2_k and bo end the flat buffer.
+            unsafe { l.launch(grid_stride((d.hw + 1) * d.ow)) }?;
         }
+        #[rustfmt::skip]
+        self.blas.gemm(b, d.hw, d.ow, 1.0, &self.dy, pl(d.ow), &self.heads_w.slice(..d.hw * d.ow), tr(d.ow),
+            0.0, &mut self.dhh, d.hw)?;
         relu_backward(self.gemms_only, &self.stream, &self.k.relu_backward, &mut self.dhh, &self.ah, b, d.hw)?;
         // [wh; bh] and dh2.
         #[rustfmt::skip]
@@ -498,10 +536,12 @@ impl QNet {
         Ok(())
     }
 
-    /// Grad norm, clip and Adam on the online parameters.
+    /// Grad norm, clip and Adam on the online parameters, then the online dense head matrix
+    /// rebuilt from them.
     pub fn optimize(&mut self) -> Result<()> {
         let p = self.d.params;
-        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view())
+        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view())?;
+        self.scatter_heads(1)
     }
 
     /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
@@ -534,7 +574,8 @@ impl QNet {
     pub fn target_sync(&mut self) -> Result<()> {
         let p = self.d.params;
         let (online, mut target) = self.params.split_at_mut(p);
-        self.opt.target_sync(&online.as_view(), &mut target, self.cfg.polyak_tau)
+        self.opt.target_sync(&online.as_view(), &mut target, self.cfg.polyak_tau)?;
+        self.scatter_heads(NETS)
     }
 
     /// Read one network's forward outputs (`net` 0 online, 1 target).
