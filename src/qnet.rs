@@ -127,6 +127,8 @@ pub struct ForwardOut {
     pub h2: Vec<f32>,
     /// 2B x H.
     pub heads_hidden: Vec<f32>,
+    /// 2B x O: the head-output rows (bias included), value then each branch.
+    pub y: Vec<f32>,
     /// 2B x (sum n_k NA), branch-major per row.
     pub logits: Vec<f32>,
     /// As logits; empty when NA = 1.
@@ -407,13 +409,28 @@ impl QNet {
             &self.params.slice(off.wh..), pl(d.hw), p,
             0.0, &mut self.ah, d.hw + 1, r * (d.hw + 1))?;
         relu(self.gemms_only, &self.stream, &self.k.relu, &mut self.ah, all, d.hw)?;
-        // Head outputs and biases: y = [hh | 1] [W_heads; bo], one GEMM over both networks.
+        self.forward_heads()?;
+        self.forward_head()
+    }
+
+    /// The heads' output layers: `y = [hh | 1] [W_heads; bo]`, one GEMM over both networks
+    /// with the dense head matrices (`qnet_heads`).
+    pub fn forward_heads(&mut self) -> Result<()> {
+        let (d, pl) = (self.d, Layout::plain);
+        let r = d.rows;
         let dense = (d.hw + 1) * d.ow;
         #[rustfmt::skip]
         self.blas.gemm_batched(NETS, r, d.ow, d.hw + 1, 1.0,
             &self.ah, pl(d.hw + 1), r * (d.hw + 1),
             &self.heads_w, pl(d.ow), dense,
             0.0, &mut self.y, d.ow, r * d.ow)?;
+        Ok(())
+    }
+
+    /// `qnet_head` on the head outputs y of both networks.
+    pub fn forward_head(&mut self) -> Result<()> {
+        let d = self.d;
+        let r = d.rows;
         let (kk, na, rows32) = (d.kk as u32, d.na as u32, r as u32);
         let mut l = self.stream.launch_builder(&self.k.head);
         l.arg(&self.y)
@@ -595,11 +612,52 @@ impl QNet {
             h1: strip(&self.a1, d.h1, d.h1 + 1)?,
             h2: strip(&self.a2, d.h2, d.h2 + 1)?,
             heads_hidden: strip(&self.ah, d.hw, d.hw + 1)?,
+            y: strip(&self.y, d.ow, d.ow)?,
             logits: strip(&self.logits, d.lw, d.lw)?,
             log_probs: if c51 { strip(&self.log_probs, d.lw, d.lw)? } else { Vec::new() },
             probs: if c51 { strip(&self.probs, d.lw, d.lw)? } else { Vec::new() },
             q: strip(&self.q, d.qw, d.qw)?,
         })
+    }
+
+    /// Overwrite one stage buffer of network `net` with `data` (all 2B rows of that
+    /// network; for `Buffer::Input` and `Buffer::HeadGrad`, which are shared, `net` must be
+    /// 0): fixture replays feed a stage its recorded inputs this way. Activations keep their
+    /// ones column.
+    pub fn load(&mut self, buffer: Buffer, net: usize, data: &[f32]) -> Result<()> {
+        let d = self.d;
+        let shared = matches!(buffer, Buffer::Input | Buffer::HeadGrad);
+        if net >= NETS || (shared && net != 0) {
+            return Err(Error::Usage(format!("load {buffer:?} into network {net}: 0 is online, 1 target; shared buffers take 0")));
+        }
+        let (buf, width, ones, rows) = match buffer {
+            Buffer::Input => (&mut self.x, d.s, true, d.rows),
+            Buffer::H1 => (&mut self.a1, d.h1, true, d.rows),
+            Buffer::H2 => (&mut self.a2, d.h2, true, d.rows),
+            Buffer::HeadsHidden => (&mut self.ah, d.hw, true, d.rows),
+            Buffer::HeadOutputs => (&mut self.y, d.ow, false, d.rows),
+            Buffer::LogProbs => (&mut self.log_probs, d.lw, false, d.rows),
+            Buffer::Probs => (&mut self.probs, d.lw, false, d.rows),
+            Buffer::Q => (&mut self.q, d.qw, false, d.rows),
+            Buffer::HeadGrad => (&mut self.dy, d.ow, false, d.b),
+        };
+        if data.len() != rows * width {
+            return Err(Error::Usage(format!(
+                "load {buffer:?}: {} values, expected {rows} rows x {width}",
+                data.len()
+            )));
+        }
+        let ld = width + usize::from(ones);
+        let mut rowed = Vec::with_capacity(rows * ld);
+        for row in data.chunks_exact(width) {
+            rowed.extend_from_slice(row);
+            if ones {
+                rowed.push(1.0);
+            }
+        }
+        let at = net * rows * ld;
+        self.stream.memcpy_htod(&rowed, &mut buf.slice_mut(at..at + rows * ld))?;
+        Ok(())
     }
 
     pub fn read_loss(&self) -> Result<LossOut> {
@@ -630,6 +688,22 @@ impl QNet {
         s.memcpy_htod(&[f64::NAN], &mut self.loss)?;
         Ok(())
     }
+}
+
+/// The stage buffers [`QNet::load`] can fill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffer {
+    /// The stacked input rows [s; s'], 2B x S (shared by both networks).
+    Input,
+    H1,
+    H2,
+    HeadsHidden,
+    HeadOutputs,
+    LogProbs,
+    Probs,
+    Q,
+    /// The head-output gradient, B x O (online only).
+    HeadGrad,
 }
 
 /// The device addresses an update reads its batch from, folded into one graph binding.

@@ -482,13 +482,17 @@ pub fn forward<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], states: &[f3
         probs: Vec::new(),
         q: Vec::new(),
     };
-    f.value = linear(params, &n.value_out, &f.value_hidden(cfg), b);
-    for k in 0..cfg.num_branches() {
-        let adv = linear(params, &n.adv_out[k], &f.adv_hidden(cfg, k), b);
-        f.adv.push(adv);
-    }
+    head_outputs(cfg, params, &mut f);
     head(cfg, &mut f);
     f
+}
+
+/// The heads' output layers (`qnet_heads`' product): `value` and `adv` of `f` from its
+/// `heads_hidden`.
+pub fn head_outputs<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], f: &mut Forward) {
+    let n = net(cfg);
+    f.value = linear(params, &n.value_out, &f.value_hidden(cfg), f.batch);
+    f.adv = (0..cfg.num_branches()).map(|k| linear(params, &n.adv_out[k], &f.adv_hidden(cfg, k), f.batch)).collect();
 }
 
 /// `qnet_head`: the dueling combination, softmax and Q of every branch from `value` and
