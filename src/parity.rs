@@ -405,6 +405,9 @@ fn split_branches(
 ) -> Vec<Vec<f64>> {
     let width: usize = cfg.branches.iter().sum::<usize>() * per_action;
     let mut out: Vec<Vec<f64>> = cfg.branches.iter().map(|_| Vec::new()).collect();
+    if all.len() < range.end * width {
+        return out; // not read back: empty
+    }
     for i in range {
         let mut col = i * width;
         for (k, &n) in cfg.branches.iter().enumerate() {
@@ -428,7 +431,8 @@ pub fn forward_of_gpu(
     range: std::ops::Range<usize>,
 ) -> tallyho_oracle::qnet::Forward {
     use tallyho_oracle::qnet::hidden_width;
-    let rows = |x: &[f32], w: usize| widen(&x[range.start * w..range.end * w]);
+    // Outputs a caller did not read back are empty and stay empty.
+    let rows = |x: &[f32], w: usize| x.get(range.start * w..range.end * w).map_or_else(Vec::new, widen);
     let na = cfg.atoms;
     let c51 = na > 1;
     tallyho_oracle::qnet::Forward {
