@@ -9,10 +9,16 @@ extern "C" __global__ void qnet_adam(float* __restrict__ p, const float* __restr
                                      float* __restrict__ m, float* __restrict__ v, unsigned long long n,
                                      const OptCtl* __restrict__ ctl, float lr, float beta1, float beta2,
                                      float eps) {
-    const double t = (double)ctl->step;
-    const double scale = ctl->scale;
+    // The bias corrections once per block (pow in double is long), shared with its threads.
+    __shared__ double corrections[2];
     const double b1 = beta1, b2 = beta2;
-    const double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    if (threadIdx.x == 0) {
+        const double t = (double)ctl->step;
+        corrections[0] = 1.0 - pow(b1, t);
+        corrections[1] = 1.0 - pow(b2, t);
+    }
+    __syncthreads();
+    const double scale = ctl->scale, bc1 = corrections[0], bc2 = corrections[1];
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
         const double gi = (double)g[i] * scale;

@@ -1,6 +1,6 @@
-// qnet_head: the end of the forward. For each network and row, the head-output row y (one
-// GEMM of the heads' hidden activation with the dense head matrix, bias included: see
-// qnet_heads.cu) holds the value v [NA] and each branch's advantages a_k [n_k, NA]; then per
+// qnet_head: the end of the forward. For each network and row, the head-output row y (the
+// heads' output GEMMs, without bias) plus the bias (row H of the net's dense head matrix,
+// qnet_heads.cu) is the value v [NA] and each branch's advantages a_k [n_k, NA]; then per
 // branch the dueling logits
 //   logits_k[j, z] = (v[z] + a_k[j, z]) - (1/n_k) sum_j' a_k[j', z]
 // and for NA > 1 the log-softmax over z, its exp and Q = sum_z probs z_z (C51); for NA = 1
@@ -9,11 +9,12 @@
 //
 // Layouts (net = blockIdx.y, row = blockIdx.x, `rows` rows per net):
 //   y         [nets][rows][out]   out = NA (1 + sum_k n_k): value, then branch k at out[k+1]
+//   bias      [out] at net * bias_stride
 //   logits, log_probs, probs  [nets][rows][L]   L = sum_k n_k NA, branch k at logit[k]
 //   q         [nets][rows][A]   A = sum_k n_k
 // log_probs and probs are written only for NA > 1.
 // Grid (rows, nets); block: a multiple of 32 threads (one warp per action at a time);
-// dynamic shared memory: L doubles.
+// dynamic shared memory: L + out doubles (the row is staged there with one coalesced load).
 #include "common/qnet.cuh"
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -28,7 +29,8 @@ __device__ __forceinline__ double warp_max(double v) {
     return v;
 }
 
-extern "C" __global__ void qnet_head(const float* __restrict__ y, const unsigned int* __restrict__ branches, unsigned int nbranch,
+extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* __restrict__ bias,
+                                     unsigned long long bias_stride, const unsigned int* __restrict__ branches, unsigned int nbranch,
                                      unsigned int na, float v_min, float v_max, unsigned int rows,
                                      float* __restrict__ logits, float* __restrict__ log_probs,
                                      float* __restrict__ probs, float* __restrict__ q) {
@@ -41,16 +43,20 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const unsigned
     const unsigned int out_w = shape.out[nbranch + 1], L = shape.logit[nbranch], A = shape.q[nbranch];
     const unsigned long long at = (unsigned long long)net * rows + row;
     const float* yr = y + at * out_w;
+    const float* br = bias + net * bias_stride;
+    double* staged = logit_row + L;  // y + bias
+    for (unsigned int c = threadIdx.x; c < out_w; c += blockDim.x) staged[c] = (double)yr[c] + (double)br[c];
+    __syncthreads();
 
     // Dueling logits, one (branch, atom) pair per thread: the mean over actions in order.
     for (unsigned int p = threadIdx.x; p < nbranch * na; p += blockDim.x) {
         const unsigned int k = p / na, z = p % na, n = shape.n[k], base = shape.out[k + 1] + z;
-        const double v = (double)yr[z];
+        const double v = staged[z];
         double sum = 0.0;
-        for (unsigned int j = 0; j < n; ++j) sum += (double)yr[base + j * na];
+        for (unsigned int j = 0; j < n; ++j) sum += staged[base + j * na];
         const double mean = sum / (double)n;
         for (unsigned int j = 0; j < n; ++j) {
-            const double a = (double)yr[base + j * na];
+            const double a = staged[base + j * na];
             logit_row[shape.logit[k] + j * na + z] = (v + a) - mean;
         }
     }

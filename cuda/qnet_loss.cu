@@ -11,7 +11,8 @@
 // Then the dueling backward into the head-output gradient row dy_i (qnet::head_grad), the
 // per-sample loss L_i = (1/K) sum_k l_k and the priority (C51 L_i, scalar mean_k |TD_k|).
 // Oracle: qnet::loss_with_next_actions, qnet::next_actions, qnet::head_grad.
-//   qnet_loss:        grid (B), block QNET_LOSS_THREADS; dynamic shared: (2 K + 3) NA doubles.
+//   qnet_loss:        grid (B), block QNET_LOSS_THREADS; dynamic shared: (2 K + 3) NA doubles,
+//                     then 3 A floats (+ 3 L for NA > 1).
 //   qnet_loss_reduce: ONE block of 256 threads: loss = (1/B) sum_i w_i L_i.
 #include "common/qnet.cuh"
 
@@ -51,31 +52,67 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
                                      float v_max, double discount, float kappa, int* __restrict__ next_actions,
                                      double* __restrict__ sample_loss, float* __restrict__ priority,
                                      float* __restrict__ dy) {
-    extern __shared__ double smem[];  // m [K][NA], dl [K][NA], then land_l, land_u, land_b [NA]
-    double* m = smem;
-    double* dl = smem + nbranch * na;
-    double* land_l = dl + nbranch * na;
-    double* land_u = land_l + na;
-    double* land_b = land_u + na;
+    // Dynamic shared memory: doubles m [K NA], dl [K NA], land_l, land_u, land_b [NA], then
+    // floats: the sample's rows staged with coalesced loads: q of (online, s), (online, s'),
+    // (target, s') [A each], and for NA > 1 log_probs and probs of (online, s) and probs of
+    // (target, s') [L each].
+    extern __shared__ double smem[];
     __shared__ BranchShape shape;
-    __shared__ double red[QNET_LOSS_THREADS];
+    __shared__ double red[QNET_LOSS_THREADS][2 * QNET_MAX_BRANCHES];
     __shared__ double branch_loss[QNET_MAX_BRANCHES];
-    __shared__ unsigned int a_star[QNET_MAX_BRANCHES];
+    __shared__ unsigned int a_star[QNET_MAX_BRANCHES], act[QNET_MAX_BRANCHES];
     __shared__ double abs_td;
 
     const unsigned int i = blockIdx.x, tid = threadIdx.x;
     if (tid == 0) branch_shape(shape, branches, nbranch, na);
     __syncthreads();
     const unsigned int L = shape.logit[nbranch], A = shape.q[nbranch], out_w = shape.out[nbranch + 1];
-    const unsigned long long rows = 2ull * batch;                 // rows per network
+    const bool c51 = na > 1;
+    double* m = smem;
+    double* dl = m + nbranch * na;
+    double* land_l = dl + nbranch * na;
+    double* land_u = land_l + na;
+    double* land_b = land_u + na;
+    float* q_s = (float*)(land_b + na);
+    float* q_s2 = q_s + A;
+    float* q_tg = q_s2 + A;
+    float* lp_s = q_tg + A;
+    float* p_s = lp_s + (c51 ? L : 0);
+    float* p_tg = p_s + (c51 ? L : 0);
+
+    const unsigned long long rows = 2ull * batch;  // rows per network
     const unsigned long long s_on = i, s2_on = batch + i, s2_tg = rows + batch + i;
+    for (unsigned int c = tid; c < A; c += QNET_LOSS_THREADS) {
+        q_s[c] = q[s_on * A + c];
+        q_s2[c] = q[s2_on * A + c];
+        q_tg[c] = q[s2_tg * A + c];
+    }
+    if (c51) {
+        for (unsigned int c = tid; c < L; c += QNET_LOSS_THREADS) {
+            lp_s[c] = log_probs[s_on * L + c];
+            p_s[c] = probs[s_on * L + c];
+            p_tg[c] = probs[s2_tg * L + c];
+        }
+    }
+    if (tid < nbranch) act[tid] = (unsigned int)actions[i * nbranch + tid];
     const double r = (double)rewards[i];
     const double g = __dmul_rn(discount, __dsub_rn(1.0, (double)dones[i]));
     const double c = (double)weights[i] / (double)(batch * nbranch);
+    const double lo = (double)v_min, hi = (double)v_max, dz = c51 ? (hi - lo) / (double)(na - 1) : 0.0;
+    if (c51) {
+        // The landings depend on the row only (r, done), not on the branch.
+        for (unsigned int t = tid; t < na; t += QNET_LOSS_THREADS) {
+            const Landing x = land(r, g, lo, hi, dz, na, t);
+            land_l[t] = x.l;
+            land_u[t] = x.u;
+            land_b[t] = x.b;
+        }
+    }
+    __syncthreads();
 
     if (tid < nbranch) {
         const unsigned int k = tid;
-        const float* qk = q + s2_on * A + shape.q[k];
+        const float* qk = q_s2 + shape.q[k];
         unsigned int best = 0;
         for (unsigned int j = 1; j < shape.n[k]; ++j)
             if (qk[j] > qk[best]) best = j;
@@ -84,22 +121,19 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
     }
     __syncthreads();
 
-    if (na > 1) {
-        const double lo = (double)v_min, hi = (double)v_max, dz = (hi - lo) / (double)(na - 1);
-        // The landings depend on the row only (r, done), not on the branch.
-        for (unsigned int t = tid; t < na; t += QNET_LOSS_THREADS) {
-            const Landing x = land(r, g, lo, hi, dz, na, t);
-            land_l[t] = x.l;
-            land_u[t] = x.u;
-            land_b[t] = x.b;
-        }
-        __syncthreads();
+    if (c51) {
         // Gather per target atom z over the sources t in order, with the oracle's terms in its
-        // order: p (u - b) where l = z, p (b - l) where u = z, and p where l = u = z.
-        for (unsigned int k = 0; k < nbranch; ++k) {
-            const float* pt = probs + s2_tg * L + shape.logit[k] + a_star[k] * na;
-            for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS) {
-                const double zd = (double)z;
+        // order: p (u - b) where l = z, p (b - l) where u = z, and p where l = u = z. Then each
+        // thread's share of the cross-entropy and the target mass of every branch.
+        double part[2 * QNET_MAX_BRANCHES];
+#pragma unroll
+        for (unsigned int j = 0; j < 2 * QNET_MAX_BRANCHES; ++j) part[j] = 0.0;
+        for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS) {
+            const double zd = (double)z;
+#pragma unroll
+            for (unsigned int k = 0; k < QNET_MAX_BRANCHES; ++k) {
+                if (k >= nbranch) break;
+                const float* pt = p_tg + shape.logit[k] + a_star[k] * na;
                 double mz = 0.0;
                 for (unsigned int t = 0; t < na; ++t) {
                     const double l = land_l[t], u = land_u[t];
@@ -110,30 +144,33 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
                     if (l == u && l == zd) mz = __dadd_rn(mz, p);
                 }
                 m[k * na + z] = mz;
+                const unsigned int base = shape.logit[k] + act[k] * na;
+                part[2 * k] += mz * (double)lp_s[base + z];
+                part[2 * k + 1] += mz;
             }
         }
+        for (unsigned int j = 0; j < 2 * nbranch; ++j) red[tid][j] = part[j];
         __syncthreads();
-        for (unsigned int k = 0; k < nbranch; ++k) {
-            const unsigned int base = shape.logit[k] + (unsigned int)actions[i * nbranch + k] * na;
-            double ce = 0.0, mass = 0.0;
-            for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS) {
-                ce += m[k * na + z] * (double)log_probs[s_on * L + base + z];
-                mass += m[k * na + z];
-            }
-            ce = block_sum_fixed(ce, red, QNET_LOSS_THREADS);
-            mass = block_sum_fixed(mass, red, QNET_LOSS_THREADS);
-            if (tid == 0) branch_loss[k] = -ce;
-            for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS)
-                dl[k * na + z] = __dmul_rn(c, __dsub_rn(__dmul_rn((double)probs[s_on * L + base + z], mass), m[k * na + z]));
+        for (unsigned int stride = QNET_LOSS_THREADS / 2; stride > 0; stride >>= 1) {
+            if (tid < stride)
+                for (unsigned int j = 0; j < 2 * nbranch; ++j) red[tid][j] += red[tid + stride][j];
+            __syncthreads();
+        }
+        if (tid < nbranch) branch_loss[tid] = -red[0][2 * tid];
+        for (unsigned int e = tid; e < nbranch * na; e += QNET_LOSS_THREADS) {
+            const unsigned int k = e / na, z = e % na;
+            const double mass = red[0][2 * k + 1];
+            const double pz = (double)p_s[shape.logit[k] + act[k] * na + z];
+            dl[e] = __dmul_rn(c, __dsub_rn(__dmul_rn(pz, mass), m[e]));
         }
     } else if (tid == 0) {
         double next = 0.0;
-        for (unsigned int k = 0; k < nbranch; ++k) next += (double)q[s2_tg * A + shape.q[k] + a_star[k]];
+        for (unsigned int k = 0; k < nbranch; ++k) next += (double)q_tg[shape.q[k] + a_star[k]];
         next /= (double)nbranch;
         const double target = __dadd_rn(r, __dmul_rn(g, next));
         double sum_abs = 0.0;
         for (unsigned int k = 0; k < nbranch; ++k) {
-            const double td = target - (double)q[s_on * A + shape.q[k] + actions[i * nbranch + k]];
+            const double td = target - (double)q_s[shape.q[k] + act[k]];
             branch_loss[k] = huber(td, (double)kappa);
             dl[k] = -c * huber_grad(td, (double)kappa);
             sum_abs += fabs(td);
@@ -154,7 +191,7 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
             while (col >= shape.out[k + 2]) ++k;
             const unsigned int j = (col - shape.out[k + 1]) / na, z = (col - shape.out[k + 1]) % na;
             const double d = dl[k * na + z];
-            v = (j == (unsigned int)actions[i * nbranch + k] ? d : 0.0) - d / (double)shape.n[k];
+            v = (j == act[k] ? d : 0.0) - d / (double)shape.n[k];
         }
         dyr[col] = (float)v;
     }
@@ -163,7 +200,7 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
         for (unsigned int k = 0; k < nbranch; ++k) li += branch_loss[k];
         li /= (double)nbranch;
         sample_loss[i] = li;
-        priority[i] = (float)(na > 1 ? li : abs_td);
+        priority[i] = (float)(c51 ? li : abs_td);
     }
 }
 

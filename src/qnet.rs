@@ -11,8 +11,10 @@
 //! flat buffer, so biases ride in the forward GEMMs and bias gradients come out of the
 //! weight-gradient GEMMs; the heads' hidden layers are one matrix, and the heads' output
 //! layers are one dense block-diagonal matrix with the output bias as its last row (a
-//! working copy of the compact tensors, cuda/qnet_heads.cu). Per update: 4 GEMMs forward,
-//! 7 backward, 12 kernels (input staging, 3 ReLU, head, loss, loss reduction, gradient
+//! working copy of the compact tensors, cuda/qnet_heads.cu): backward, its weight gradient
+//! and the hidden gradient are one GEMM each; forward, each head's GEMM reads its block in
+//! place (a dense forward would multiply the zeros too: slower at these sizes). Per update:
+//! 7 GEMMs forward, 7 backward, 12 kernels (input staging, 3 ReLU, head, loss, loss reduction, gradient
 //! gather, 3 ReLU backward, head-matrix scatter) and the optimizer's 3.
 //!
 //! **Hot path.** Every buffer is allocated in [`QNet::new`]; an update launches work only:
@@ -104,20 +106,26 @@ struct Kernels {
     heads_gather: CudaFunction,
 }
 
-/// `struct HeadsDims` of cuda/qnet_heads.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct HeadsDims {
-    vh: u32,
-    ah: u32,
-    na: u32,
-    nbranch: u32,
-    hidden: u32,
-    out: u32,
+/// The dense position in the `[(H + 1) x O]` head matrix of each compact head-output
+/// parameter (wv2, wa2_0.., bo, in buffer order from wv2): qnet_heads.cu's index table.
+fn heads_index(cfg: &QNetConfig) -> Vec<u32> {
+    let (ow, hw, na) = (spec::output_width(cfg), spec::hidden_width(cfg), cfg.atoms);
+    let offsets = spec::output_offsets(cfg);
+    let mut index = Vec::with_capacity(spec::param_count(cfg));
+    let mut block = |row0: usize, rows: usize, col0: usize, cols: usize| {
+        for r in 0..rows {
+            for c in 0..cols {
+                index.push(((row0 + r) * ow + col0 + c) as u32);
+            }
+        }
+    };
+    block(0, cfg.value_hidden, 0, na);
+    for (k, &n) in cfg.branches.iter().enumerate() {
+        block(cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden, offsets[k + 1], n * na);
+    }
+    block(hw, 1, 0, ow);
+    index
 }
-
-// SAFETY: plain old data of six u32, laid out as the kernel's struct (repr(C)).
-unsafe impl cudarc::driver::DeviceRepr for HeadsDims {}
 
 /// What the forward left on the device for one network, read back (tests, `verify`).
 #[derive(Clone, Debug, PartialEq)]
@@ -127,7 +135,8 @@ pub struct ForwardOut {
     pub h2: Vec<f32>,
     /// 2B x H.
     pub heads_hidden: Vec<f32>,
-    /// 2B x O: the head-output rows (bias included), value then each branch.
+    /// 2B x O: the head-output rows (the GEMMs, before qnet_head adds the bias), value then
+    /// each branch.
     pub y: Vec<f32>,
     /// 2B x (sum n_k NA), branch-major per row.
     pub logits: Vec<f32>,
@@ -162,7 +171,8 @@ pub struct QNet {
     grads: CudaSlice<f32>,
     pub opt: Optimizer,
     branches: CudaSlice<u32>,
-    heads_dims: HeadsDims,
+    /// qnet_heads' index table (compact element -> dense position).
+    heads_index: CudaSlice<u32>,
     /// The dense head-output matrices `[(H + 1) x O]` of online then target.
     heads_w: CudaSlice<f32>,
     /// The dense gradient of the online one.
@@ -236,14 +246,7 @@ impl QNet {
             heads_scatter: f("qnet_heads", "qnet_heads_scatter")?,
             heads_gather: f("qnet_heads", "qnet_heads_gather")?,
         };
-        let heads_dims = HeadsDims {
-            vh: cfg.value_hidden as u32,
-            ah: cfg.adv_hidden as u32,
-            na: cfg.atoms as u32,
-            nbranch: d.kk as u32,
-            hidden: d.hw as u32,
-            out: d.ow as u32,
-        };
+
         let init = spec::init_params(cfg);
         let mut pair = init.clone();
         pair.extend_from_slice(&init);
@@ -259,7 +262,7 @@ impl QNet {
             grads: s.alloc_zeros(d.params)?,
             opt: Optimizer::new(gpu, cfg, d.params)?,
             branches: s.clone_htod(&branches)?,
-            heads_dims,
+            heads_index: s.clone_htod(&heads_index(cfg))?,
             heads_w: s.alloc_zeros(NETS * (d.hw + 1) * d.ow)?,
             heads_grad: s.alloc_zeros((d.hw + 1) * d.ow)?,
             x: s.alloc_zeros(r * (d.s + 1))?,
@@ -297,10 +300,10 @@ impl QNet {
     /// forward over both networks on 2B rows, the backward on B rows.
     pub fn update_gemm_flops(&self) -> f64 {
         let (d, c) = (self.d, &self.cfg);
-        let _ = c;
-        let heads = (d.hw + 1) * d.ow; // dense, zeros off the blocks included
-        let fwd = (d.s + 1) * d.h1 + (d.h1 + 1) * d.h2 + (d.h2 + 1) * d.hw + heads;
-        let bwd = 2 * heads + (d.h2 + 1) * d.hw + d.h2 * d.hw + (d.h1 + 1) * d.h2 + d.h1 * d.h2 + (d.s + 1) * d.h1;
+        let per_head: usize = c.value_hidden * c.atoms + c.branches.iter().map(|&n| c.adv_hidden * n * c.atoms).sum::<usize>();
+        let dense = (d.hw + 1) * d.ow; // the backward's dense products, zeros off the blocks included
+        let fwd = (d.s + 1) * d.h1 + (d.h1 + 1) * d.h2 + (d.h2 + 1) * d.hw + per_head;
+        let bwd = 2 * dense + (d.h2 + 1) * d.hw + d.h2 * d.hw + (d.h1 + 1) * d.h2 + d.h1 * d.h2 + (d.s + 1) * d.h1;
         2.0 * (NETS * d.rows * fwd + d.b * bwd) as f64
     }
 
@@ -342,12 +345,22 @@ impl QNet {
         if self.gemms_only {
             return Ok(());
         }
-        let (p64, wv2, n32) = (self.d.params as u64, self.off.wv2 as u64, nets as u32);
+        let count = self.heads_index.len();
+        let (p64, wv2, count32, stride, n32) =
+            (self.d.params as u64, self.off.wv2 as u64, count as u32, ((self.d.hw + 1) * self.d.ow) as u64, nets as u32);
         let mut l = self.stream.launch_builder(&self.k.heads_scatter);
-        l.arg(&self.params).arg(&p64).arg(&wv2).arg(&self.branches).arg(&self.heads_dims).arg(&n32).arg(&mut self.heads_w);
+        l.arg(&self.params)
+            .arg(&p64)
+            .arg(&wv2)
+            .arg(&self.heads_index)
+            .arg(&count32)
+            .arg(&stride)
+            .arg(&n32)
+            .arg(&mut self.heads_w);
         // SAFETY: qnet_heads_scatter(const float* params [2P], u64 P, u64 wv2 offset, const u32*
-        // branches [K], HeadsDims, u32 nets <= 2, float* dense [2 (H + 1) O]).
-        unsafe { l.launch(grid_stride(nets * (self.d.hw + 1) * self.d.ow)) }?;
+        // index [count], u32 count, u64 dense stride, u32 nets <= 2, float* dense [2 (H + 1) O]):
+        // the index holds dense positions < (H + 1) O, wv2 + count = P (checked in Offsets::of).
+        unsafe { l.launch(grid_stride(nets * count)) }?;
         Ok(())
     }
 
@@ -413,17 +426,25 @@ impl QNet {
         self.forward_head()
     }
 
-    /// The heads' output layers: `y = [hh | 1] [W_heads; bo]`, one GEMM over both networks
-    /// with the dense head matrices (`qnet_heads`).
+    /// The heads' output layers without their bias (added by `qnet_head`): one GEMM per
+    /// head over both networks, each reading its block of the dense head matrix in place.
     pub fn forward_heads(&mut self) -> Result<()> {
         let (d, pl) = (self.d, Layout::plain);
-        let r = d.rows;
+        let (r, cfg) = (d.rows, &self.cfg);
+        let offsets = spec::output_offsets(cfg);
         let dense = (d.hw + 1) * d.ow;
-        #[rustfmt::skip]
-        self.blas.gemm_batched(NETS, r, d.ow, d.hw + 1, 1.0,
-            &self.ah, pl(d.hw + 1), r * (d.hw + 1),
-            &self.heads_w, pl(d.ow), dense,
-            0.0, &mut self.y, d.ow, r * d.ow)?;
+        // (hidden column = dense row, fan-in, output column, width) of each head.
+        let mut heads = vec![(0, cfg.value_hidden, 0, cfg.atoms)];
+        for (k, &n) in cfg.branches.iter().enumerate() {
+            heads.push((cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden, offsets[k + 1], n * cfg.atoms));
+        }
+        for (row, fan_in, col, width) in heads {
+            #[rustfmt::skip]
+            self.blas.gemm_batched(NETS, r, width, fan_in, 1.0,
+                &self.ah.slice(row..), pl(d.hw + 1), r * (d.hw + 1),
+                &self.heads_w.slice(row * d.ow + col..), pl(d.ow), dense,
+                0.0, &mut self.y.slice_mut(col..), d.ow, r * d.ow)?;
+        }
         Ok(())
     }
 
@@ -432,8 +453,12 @@ impl QNet {
         let d = self.d;
         let r = d.rows;
         let (kk, na, rows32) = (d.kk as u32, d.na as u32, r as u32);
+        let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
+        let bias = self.heads_w.slice(bias_at..);
         let mut l = self.stream.launch_builder(&self.k.head);
         l.arg(&self.y)
+            .arg(&bias)
+            .arg(&bias_stride)
             .arg(&self.branches)
             .arg(&kk)
             .arg(&na)
@@ -447,9 +472,10 @@ impl QNet {
         let cfg = LaunchConfig {
             grid_dim: (rows32, NETS as u32, 1),
             block_dim: (HEAD_THREADS, 1, 1),
-            shared_mem_bytes: (d.lw * 8) as u32,
+            shared_mem_bytes: ((d.lw + d.ow) * 8) as u32,
         };
-        // SAFETY: follows qnet_head's signature: y is NETS x 2B x ow, branches K values, the outputs NETS x 2B x lw (logits, log_probs, probs) and
+        // SAFETY: follows qnet_head's signature: y is NETS x 2B x ow, bias ow floats at each
+        // net's stride (row H of its dense head matrix), branches K values, the outputs NETS x 2B x lw (logits, log_probs, probs) and
         // NETS x 2B x qw (q); grid (2B, NETS), L doubles of dynamic shared memory.
         if !self.gemms_only {
             unsafe { l.launch(cfg) }?;
@@ -490,7 +516,7 @@ impl QNet {
         let cfg = LaunchConfig {
             grid_dim: (b32, 1, 1),
             block_dim: (LOSS_THREADS, 1, 1),
-            shared_mem_bytes: ((2 * d.kk + 3) * d.na * 8) as u32,
+            shared_mem_bytes: ((2 * d.kk + 3) * d.na * 8 + (3 * d.qw + if d.na > 1 { 3 * d.lw } else { 0 }) * 4) as u32,
         };
         // SAFETY: follows qnet_loss's signature: q, log_probs, probs as written by qnet_head
         // for NETS x 2B rows; actions B x K (each in [0, n_k): the caller's batch, checked by
@@ -517,14 +543,16 @@ impl QNet {
         self.blas.gemm(d.hw + 1, d.ow, b, 1.0, &self.ah, tr(d.hw + 1), &self.dy, pl(d.ow),
             0.0, &mut self.heads_grad, d.ow)?;
         if !self.gemms_only {
+            let count = self.heads_index.len();
+            let count32 = count as u32;
             let mut l = self.stream.launch_builder(&self.k.heads_gather);
-            l.arg(&self.heads_grad).arg(&self.branches).arg(&self.heads_dims);
+            l.arg(&self.heads_grad).arg(&self.heads_index).arg(&count32);
             let mut compact = self.grads.slice_mut(off.wv2..);
             l.arg(&mut compact);
-            // SAFETY: qnet_heads_gather(const float* dense [(H + 1) O], const u32* branches,
-            // HeadsDims, float* compact): writes vh NA + sum ah n_k NA + O floats from wv2's
-            // offset, which is where wv2, wa2_k and bo end the flat buffer.
-            unsafe { l.launch(grid_stride((d.hw + 1) * d.ow)) }?;
+            // SAFETY: qnet_heads_gather(const float* dense [(H + 1) O], const u32* index [count],
+            // u32 count, float* compact): writes `count` floats from wv2's offset, which is
+            // where wv2, wa2_k and bo end the flat buffer (Offsets::of).
+            unsafe { l.launch(grid_stride(count)) }?;
         }
         #[rustfmt::skip]
         self.blas.gemm(b, d.hw, d.ow, 1.0, &self.dy, pl(d.ow), &self.heads_w.slice(..d.hw * d.ow), tr(d.ow),
