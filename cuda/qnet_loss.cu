@@ -3,8 +3,8 @@
 // Per branch k:
 //   a*_k = argmax_j q_online(s'_i)[k, j], the lowest j on ties;
 //   C51 (NA > 1): m = projection of probs_target(s'_i)[k, a*_k] onto the support for
-//     r + gamma^n (1 - done) z, gathered per target atom in source order (the oracle's
-//     scatter order, so the same double operations), l_k = -sum_z m_z log_probs_online(s_i)[k, a_k, z],
+//     r + gamma^n (1 - done) z, scattered in source order by one thread per branch (the
+//     oracle's order, so the same double operations), l_k = -sum_z m_z log_probs_online(s_i)[k, a_k, z],
 //     dlogits = c (probs sum_z' m_z' - m), c = w_i / (B K);
 //   scalar (NA = 1): y = r + gamma^n (1 - done) (1/K) sum_k q_target(s'_i)[k, a*_k],
 //     TD_k = y - q_online(s_i)[k, a_k], l_k = Huber(TD_k), dlogit = -c Huber'(TD_k).
@@ -122,30 +122,32 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
     __syncthreads();
 
     if (c51) {
-        // Gather per target atom z over the sources t in order, with the oracle's terms in its
-        // order: p (u - b) where l = z, p (b - l) where u = z, and p where l = u = z. Then each
-        // thread's share of the cross-entropy and the target mass of every branch.
+        // The projection, one thread per branch, in the oracle's order: for each source atom
+        // t, m_l += p (u - b), m_u += p (b - l), and m_l += p where l = u.
+        if (tid < nbranch) {
+            const unsigned int k = tid;
+            const float* pt = p_tg + shape.logit[k] + a_star[k] * na;
+            double* mk = m + k * na;
+            for (unsigned int z = 0; z < na; ++z) mk[z] = 0.0;
+            for (unsigned int t = 0; t < na; ++t) {
+                const double p = (double)pt[t], l = land_l[t], u = land_u[t], b = land_b[t];
+                const unsigned int li = (unsigned int)l, ui = (unsigned int)u;
+                mk[li] = __dadd_rn(mk[li], __dmul_rn(p, __dsub_rn(u, b)));
+                mk[ui] = __dadd_rn(mk[ui], __dmul_rn(p, __dsub_rn(b, l)));
+                if (li == ui) mk[li] = __dadd_rn(mk[li], p);
+            }
+        }
+        __syncthreads();
+        // Each thread's share of the cross-entropy and the target mass of every branch.
         double part[2 * QNET_MAX_BRANCHES];
 #pragma unroll
         for (unsigned int j = 0; j < 2 * QNET_MAX_BRANCHES; ++j) part[j] = 0.0;
         for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS) {
-            const double zd = (double)z;
 #pragma unroll
             for (unsigned int k = 0; k < QNET_MAX_BRANCHES; ++k) {
                 if (k >= nbranch) break;
-                const float* pt = p_tg + shape.logit[k] + a_star[k] * na;
-                double mz = 0.0;
-                for (unsigned int t = 0; t < na; ++t) {
-                    const double l = land_l[t], u = land_u[t];
-                    if (l != zd && u != zd) continue;
-                    const double p = (double)pt[t], b = land_b[t];
-                    if (l == zd) mz = __dadd_rn(mz, __dmul_rn(p, __dsub_rn(u, b)));
-                    if (u == zd) mz = __dadd_rn(mz, __dmul_rn(p, __dsub_rn(b, l)));
-                    if (l == u && l == zd) mz = __dadd_rn(mz, p);
-                }
-                m[k * na + z] = mz;
-                const unsigned int base = shape.logit[k] + act[k] * na;
-                part[2 * k] += mz * (double)lp_s[base + z];
+                const double mz = m[k * na + z];
+                part[2 * k] += mz * (double)lp_s[shape.logit[k] + act[k] * na + z];
                 part[2 * k + 1] += mz;
             }
         }
