@@ -28,7 +28,8 @@ use crate::graph::{GraphSlot, Phase};
 use crate::optimizer::Optimizer;
 use crate::replay::DeviceTransitions;
 use crate::runtime::{grid_stride, Gpu};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::qnet::{self as spec, QNetConfig};
 
@@ -41,8 +42,21 @@ const HEAD_THREADS: u32 = 128;
 /// The two networks of a forward: online (0) and target (1).
 const NETS: usize = 2;
 
+/// Side streams the update forks independent GEMMs onto: at these sizes a GEMM fills a
+/// fraction of the GPU and costs its latency, so independent ones run side by side (the
+/// per-head forward products; each backward weight gradient beside the next data gradient).
+const LANES: usize = 3;
+
+/// A side stream with its own cuBLAS handle (so its own workspace) and the event that
+/// marks its work done.
+struct Lane {
+    stream: Arc<CudaStream>,
+    blas: Blas,
+    done: CudaEvent,
+}
+
 /// Offsets in the flat parameter buffer of the tensors the launches address.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Offsets {
     w1: usize,
     w2: usize,
@@ -165,6 +179,11 @@ pub struct QNet {
     off: Offsets,
     stream: Arc<CudaStream>,
     blas: Blas,
+    lanes: Vec<Lane>,
+    /// Recorded on the main stream where lanes fork from it.
+    forked: CudaEvent,
+    /// Each head's (hidden column = dense row, fan-in, output column, width).
+    heads: Vec<(usize, usize, usize, usize)>,
     k: Kernels,
     /// Online parameters in `[0, P)`, target in `[P, 2P)`.
     params: CudaSlice<f32>,
@@ -247,6 +266,17 @@ impl QNet {
             heads_gather: f("qnet_heads", "qnet_heads_gather")?,
         };
 
+        let event = || gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING));
+        let mut lanes = Vec::with_capacity(LANES);
+        for _ in 0..LANES {
+            let stream = gpu.ctx.new_stream()?;
+            lanes.push(Lane { blas: Blas::new(&stream)?, stream, done: event()? });
+        }
+        let offsets = spec::output_offsets(cfg);
+        let mut heads = vec![(0, cfg.value_hidden, 0, cfg.atoms)];
+        for (k, &n) in cfg.branches.iter().enumerate() {
+            heads.push((cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden, offsets[k + 1], n * cfg.atoms));
+        }
         let init = spec::init_params(cfg);
         let mut pair = init.clone();
         pair.extend_from_slice(&init);
@@ -257,6 +287,9 @@ impl QNet {
             off: Offsets::of(cfg)?,
             stream: s.clone(),
             blas: Blas::new(s)?,
+            lanes,
+            forked: event()?,
+            heads,
             k,
             params: s.clone_htod(&pair)?,
             grads: s.alloc_zeros(d.params)?,
@@ -430,20 +463,36 @@ impl QNet {
     /// head over both networks, each reading its block of the dense head matrix in place.
     pub fn forward_heads(&mut self) -> Result<()> {
         let (d, pl) = (self.d, Layout::plain);
-        let (r, cfg) = (d.rows, &self.cfg);
-        let offsets = spec::output_offsets(cfg);
+        let r = d.rows;
         let dense = (d.hw + 1) * d.ow;
-        // (hidden column = dense row, fan-in, output column, width) of each head.
-        let mut heads = vec![(0, cfg.value_hidden, 0, cfg.atoms)];
-        for (k, &n) in cfg.branches.iter().enumerate() {
-            heads.push((cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden, offsets[k + 1], n * cfg.atoms));
-        }
-        for (row, fan_in, col, width) in heads {
+        let side = (self.heads.len() - 1).min(LANES);
+        self.fork(0..side)?;
+        for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
+            // Head 0 on the main stream, the others across the lanes.
+            let blas = if h == 0 { &self.blas } else { &self.lanes[(h - 1) % LANES].blas };
             #[rustfmt::skip]
-            self.blas.gemm_batched(NETS, r, width, fan_in, 1.0,
+            blas.gemm_batched(NETS, r, width, fan_in, 1.0,
                 &self.ah.slice(row..), pl(d.hw + 1), r * (d.hw + 1),
                 &self.heads_w.slice(row * d.ow + col..), pl(d.ow), dense,
                 0.0, &mut self.y.slice_mut(col..), d.ow, r * d.ow)?;
+        }
+        self.join(0..side)
+    }
+
+    /// Lanes `lanes` wait for the work queued so far on the main stream.
+    fn fork(&self, lanes: std::ops::Range<usize>) -> Result<()> {
+        self.forked.record(&self.stream)?;
+        for l in &self.lanes[lanes] {
+            l.stream.wait(&self.forked)?;
+        }
+        Ok(())
+    }
+
+    /// The main stream waits for the work queued so far on lanes `lanes`.
+    fn join(&self, lanes: std::ops::Range<usize>) -> Result<()> {
+        for l in &self.lanes[lanes] {
+            l.done.record(&l.stream)?;
+            self.stream.wait(&l.done)?;
         }
         Ok(())
     }
@@ -536,39 +585,45 @@ impl QNet {
     /// gather and 3 ReLU backwards, on the online network's rows of s.
     pub fn backward(&mut self) -> Result<()> {
         let d = self.d;
-        let (b, off, pl, tr) = (d.b, self.off.clone(), Layout::plain, Layout::transposed);
+        let (b, off, pl, tr) = (d.b, self.off, Layout::plain, Layout::transposed);
+        // The data gradients run on the main stream, one after the other; each weight
+        // gradient forks onto a lane as soon as its inputs exist, and all join at the end.
         // Heads' output layer: d[W_heads; bo] = [hh | 1]^T dy (dense), gathered into the
-        // compact wv2, wa2_k, bo; d hh = dy W_heads^T.
+        // compact wv2, wa2_k, bo (lane 0); d hh = dy W_heads^T.
+        self.fork(0..1)?;
         #[rustfmt::skip]
-        self.blas.gemm(d.hw + 1, d.ow, b, 1.0, &self.ah, tr(d.hw + 1), &self.dy, pl(d.ow),
+        self.lanes[0].blas.gemm(d.hw + 1, d.ow, b, 1.0, &self.ah, tr(d.hw + 1), &self.dy, pl(d.ow),
             0.0, &mut self.heads_grad, d.ow)?;
         if !self.gemms_only {
             let count = self.heads_index.len();
             let count32 = count as u32;
-            let mut l = self.stream.launch_builder(&self.k.heads_gather);
+            let mut l = self.lanes[0].stream.launch_builder(&self.k.heads_gather);
             l.arg(&self.heads_grad).arg(&self.heads_index).arg(&count32);
             let mut compact = self.grads.slice_mut(off.wv2..);
             l.arg(&mut compact);
             // SAFETY: qnet_heads_gather(const float* dense [(H + 1) O], const u32* index [count],
             // u32 count, float* compact): writes `count` floats from wv2's offset, which is
-            // where wv2, wa2_k and bo end the flat buffer (Offsets::of).
+            // where wv2, wa2_k and bo end the flat buffer (Offsets::of). Ordered after the
+            // GEMM that writes heads_grad on the same lane.
             unsafe { l.launch(grid_stride(count)) }?;
         }
         #[rustfmt::skip]
         self.blas.gemm(b, d.hw, d.ow, 1.0, &self.dy, pl(d.ow), &self.heads_w.slice(..d.hw * d.ow), tr(d.ow),
             0.0, &mut self.dhh, d.hw)?;
         relu_backward(self.gemms_only, &self.stream, &self.k.relu_backward, &mut self.dhh, &self.ah, b, d.hw)?;
-        // [wh; bh] and dh2.
+        // [wh; bh] (lane 1) and dh2.
+        self.fork(1..2)?;
         #[rustfmt::skip]
-        self.blas.gemm(d.h2 + 1, d.hw, b, 1.0, &self.a2, tr(d.h2 + 1), &self.dhh, pl(d.hw),
+        self.lanes[1].blas.gemm(d.h2 + 1, d.hw, b, 1.0, &self.a2, tr(d.h2 + 1), &self.dhh, pl(d.hw),
             0.0, &mut self.grads.slice_mut(off.wh..off.wh + (d.h2 + 1) * d.hw), d.hw)?;
         #[rustfmt::skip]
         self.blas.gemm(b, d.h2, d.hw, 1.0, &self.dhh, pl(d.hw), &self.params.slice(off.wh..off.wh + d.h2 * d.hw), tr(d.hw),
             0.0, &mut self.dh2, d.h2)?;
         relu_backward(self.gemms_only, &self.stream, &self.k.relu_backward, &mut self.dh2, &self.a2, b, d.h2)?;
-        // [w2; b2] and dh1.
+        // [w2; b2] (lane 2) and dh1.
+        self.fork(2..3)?;
         #[rustfmt::skip]
-        self.blas.gemm(d.h1 + 1, d.h2, b, 1.0, &self.a1, tr(d.h1 + 1), &self.dh2, pl(d.h2),
+        self.lanes[2].blas.gemm(d.h1 + 1, d.h2, b, 1.0, &self.a1, tr(d.h1 + 1), &self.dh2, pl(d.h2),
             0.0, &mut self.grads.slice_mut(off.w2..off.w2 + (d.h1 + 1) * d.h2), d.h2)?;
         #[rustfmt::skip]
         self.blas.gemm(b, d.h1, d.h2, 1.0, &self.dh2, pl(d.h2), &self.params.slice(off.w2..off.w2 + d.h1 * d.h2), tr(d.h2),
@@ -578,7 +633,7 @@ impl QNet {
         #[rustfmt::skip]
         self.blas.gemm(d.s + 1, d.h1, b, 1.0, &self.x, tr(d.s + 1), &self.dh1, pl(d.h1),
             0.0, &mut self.grads.slice_mut(off.w1..off.w1 + (d.s + 1) * d.h1), d.h1)?;
-        Ok(())
+        self.join(0..LANES)
     }
 
     /// Grad norm, clip and Adam on the online parameters, then the online dense head matrix
