@@ -30,15 +30,11 @@ __device__ __forceinline__ double warp_max(double v) {
 }
 
 extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* __restrict__ bias,
-                                     unsigned long long bias_stride, const unsigned int* __restrict__ branches, unsigned int nbranch,
-                                     unsigned int na, float v_min, float v_max, unsigned int rows,
+                                     unsigned long long bias_stride, const BranchShape shape, unsigned int na, float v_min, float v_max, unsigned int rows,
                                      float* __restrict__ logits, float* __restrict__ log_probs,
                                      float* __restrict__ probs, float* __restrict__ q) {
     extern __shared__ double logit_row[];
-    __shared__ BranchShape shape;
-    if (threadIdx.x == 0) branch_shape(shape, branches, nbranch, na);
-    __syncthreads();
-
+    const unsigned int nbranch = shape.count;
     const unsigned int net = blockIdx.y, row = blockIdx.x;
     const unsigned int out_w = shape.out[nbranch + 1], L = shape.logit[nbranch], A = shape.q[nbranch];
     const unsigned long long at = (unsigned long long)net * rows + row;

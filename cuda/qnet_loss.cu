@@ -47,8 +47,8 @@ __device__ __forceinline__ double huber_grad(double d, double kappa) {
 extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* __restrict__ log_probs,
                                      const float* __restrict__ probs, const int* __restrict__ actions,
                                      const float* __restrict__ rewards, const float* __restrict__ dones,
-                                     const float* __restrict__ weights, const unsigned int* __restrict__ branches,
-                                     unsigned int nbranch, unsigned int na, unsigned int batch, float v_min,
+                                     const float* __restrict__ weights, const BranchShape shape,
+                                     unsigned int na, unsigned int batch, float v_min,
                                      float v_max, double discount, float kappa, int* __restrict__ next_actions,
                                      double* __restrict__ sample_loss, float* __restrict__ priority,
                                      float* __restrict__ dy) {
@@ -57,15 +57,12 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
     // (target, s') [A each], and for NA > 1 log_probs and probs of (online, s) and probs of
     // (target, s') [L each].
     extern __shared__ double smem[];
-    __shared__ BranchShape shape;
     __shared__ double red[QNET_LOSS_THREADS][2 * QNET_MAX_BRANCHES];
     __shared__ double branch_loss[QNET_MAX_BRANCHES];
     __shared__ unsigned int a_star[QNET_MAX_BRANCHES], act[QNET_MAX_BRANCHES];
     __shared__ double abs_td;
 
-    const unsigned int i = blockIdx.x, tid = threadIdx.x;
-    if (tid == 0) branch_shape(shape, branches, nbranch, na);
-    __syncthreads();
+    const unsigned int i = blockIdx.x, tid = threadIdx.x, nbranch = shape.count;
     const unsigned int L = shape.logit[nbranch], A = shape.q[nbranch], out_w = shape.out[nbranch + 1];
     const bool c51 = na > 1;
     double* m = smem;

@@ -55,6 +55,44 @@ struct Lane {
     done: CudaEvent,
 }
 
+/// `struct BranchShape` of cuda/common/qnet.cuh, a kernel argument: the branch sizes and
+/// the row offsets of the head outputs, logits and Q values derived from them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct BranchShape {
+    count: u32,
+    n: [u32; MAX_BRANCHES],
+    out: [u32; MAX_BRANCHES + 2],
+    logit: [u32; MAX_BRANCHES + 1],
+    q: [u32; MAX_BRANCHES + 1],
+}
+
+// SAFETY: plain old data of u32 arrays, laid out as the kernels' struct (repr(C)).
+unsafe impl cudarc::driver::DeviceRepr for BranchShape {}
+
+impl BranchShape {
+    /// Requires at most MAX_BRANCHES branches (checked by QNet::new).
+    fn of(cfg: &QNetConfig) -> Self {
+        let na = cfg.atoms as u32;
+        let mut s = BranchShape {
+            count: cfg.num_branches() as u32,
+            n: [0; MAX_BRANCHES],
+            out: [0; MAX_BRANCHES + 2],
+            logit: [0; MAX_BRANCHES + 1],
+            q: [0; MAX_BRANCHES + 1],
+        };
+        s.out[1] = na;
+        for (k, &n) in cfg.branches.iter().enumerate().take(MAX_BRANCHES) {
+            let n = n as u32;
+            s.n[k] = n;
+            s.out[k + 2] = s.out[k + 1] + n * na;
+            s.logit[k + 1] = s.logit[k] + n * na;
+            s.q[k + 1] = s.q[k] + n;
+        }
+        s
+    }
+}
+
 /// Offsets in the flat parameter buffer of the tensors the launches address.
 #[derive(Clone, Copy, Debug)]
 struct Offsets {
@@ -189,7 +227,7 @@ pub struct QNet {
     params: CudaSlice<f32>,
     grads: CudaSlice<f32>,
     pub opt: Optimizer,
-    branches: CudaSlice<u32>,
+    shape: BranchShape,
     /// qnet_heads' index table (compact element -> dense position).
     heads_index: CudaSlice<u32>,
     /// The dense head-output matrices `[(H + 1) x O]` of online then target.
@@ -280,7 +318,6 @@ impl QNet {
         let init = spec::init_params(cfg);
         let mut pair = init.clone();
         pair.extend_from_slice(&init);
-        let branches: Vec<u32> = cfg.branches.iter().map(|&n| n as u32).collect();
         let (r, n) = (d.rows, NETS);
         let mut net = QNet {
             cfg: cfg.clone(),
@@ -294,7 +331,7 @@ impl QNet {
             params: s.clone_htod(&pair)?,
             grads: s.alloc_zeros(d.params)?,
             opt: Optimizer::new(gpu, cfg, d.params)?,
-            branches: s.clone_htod(&branches)?,
+            shape: BranchShape::of(cfg),
             heads_index: s.clone_htod(&heads_index(cfg))?,
             heads_w: s.alloc_zeros(NETS * (d.hw + 1) * d.ow)?,
             heads_grad: s.alloc_zeros((d.hw + 1) * d.ow)?,
@@ -501,15 +538,14 @@ impl QNet {
     pub fn forward_head(&mut self) -> Result<()> {
         let d = self.d;
         let r = d.rows;
-        let (kk, na, rows32) = (d.kk as u32, d.na as u32, r as u32);
+        let (na, rows32) = (d.na as u32, r as u32);
         let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
         let bias = self.heads_w.slice(bias_at..);
         let mut l = self.stream.launch_builder(&self.k.head);
         l.arg(&self.y)
             .arg(&bias)
             .arg(&bias_stride)
-            .arg(&self.branches)
-            .arg(&kk)
+            .arg(&self.shape)
             .arg(&na)
             .arg(&self.cfg.v_min)
             .arg(&self.cfg.v_max)
@@ -524,7 +560,7 @@ impl QNet {
             shared_mem_bytes: ((d.lw + d.ow) * 8) as u32,
         };
         // SAFETY: follows qnet_head's signature: y is NETS x 2B x ow, bias ow floats at each
-        // net's stride (row H of its dense head matrix), branches K values, the outputs NETS x 2B x lw (logits, log_probs, probs) and
+        // net's stride (row H of its dense head matrix), the BranchShape by value, the outputs NETS x 2B x lw (logits, log_probs, probs) and
         // NETS x 2B x qw (q); grid (2B, NETS), L doubles of dynamic shared memory.
         if !self.gemms_only {
             unsafe { l.launch(cfg) }?;
@@ -540,7 +576,7 @@ impl QNet {
             return Ok(());
         }
         let d = self.d;
-        let (kk, na, b32) = (d.kk as u32, d.na as u32, d.b as u32);
+        let (na, b32) = (d.na as u32, d.b as u32);
         let discount = self.cfg.discount();
         let mut l = self.stream.launch_builder(&self.k.loss);
         l.arg(&self.q)
@@ -550,8 +586,7 @@ impl QNet {
             .arg(&t.rewards)
             .arg(&t.dones)
             .arg(weights)
-            .arg(&self.branches)
-            .arg(&kk)
+            .arg(&self.shape)
             .arg(&na)
             .arg(&b32)
             .arg(&self.cfg.v_min)

@@ -7,10 +7,10 @@ struct OptCtl {
     double scale;        // clip scale of the last update
 };
 
-// The network's branch structure, read from the device array `branches` (K sizes n_k):
-// head-output row offsets (value head at 0, branch k at out[k + 1]), logit row offsets
-// (branch k at logit[k]) and Q row offsets (branch k at q[k]); each array ends with the
-// row width. Kept in shared memory by the kernels that need it.
+// The network's branch structure, a kernel argument (built by the host, src/qnet.rs
+// `BranchShape`, so no kernel loads it): K = count branch sizes n_k; head-output row offsets
+// (value head at 0, branch k at out[k + 1]), logit row offsets (branch k at logit[k]) and Q
+// row offsets (branch k at q[k]); each offset array ends with its row width.
 #define QNET_MAX_BRANCHES 8
 
 struct BranchShape {
@@ -20,22 +20,6 @@ struct BranchShape {
     unsigned int logit[QNET_MAX_BRANCHES + 1];
     unsigned int q[QNET_MAX_BRANCHES + 1];
 };
-
-// Thread 0 fills `s`; the caller synchronises before use.
-__device__ __forceinline__ void branch_shape(BranchShape& s, const unsigned int* branches, unsigned int count,
-                                             unsigned int na) {
-    s.count = count;
-    s.out[0] = 0;
-    s.out[1] = na;
-    s.logit[0] = 0;
-    s.q[0] = 0;
-    for (unsigned int k = 0; k < count; ++k) {
-        s.n[k] = branches[k];
-        s.out[k + 2] = s.out[k + 1] + s.n[k] * na;
-        s.logit[k + 1] = s.logit[k] + s.n[k] * na;
-        s.q[k + 1] = s.q[k] + s.n[k];
-    }
-}
 
 // The C51 support atom z_i = v_min + i dz, dz = (v_max - v_min) / (NA - 1), in double
 // without contraction: the oracle's qnet::support.
