@@ -14,7 +14,8 @@
 //   q         [nets][rows][A]   A = sum_k n_k
 // log_probs and probs are written only for NA > 1.
 // Grid (rows, nets); block: a multiple of 32 threads (one warp per action at a time);
-// dynamic shared memory: L + out doubles (the row is staged there with one coalesced load).
+// dynamic shared memory: 2 L + out doubles (the row is staged there with one coalesced
+// load; the exps are kept there).
 #include "common/qnet.cuh"
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -41,6 +42,7 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
     const float* yr = y + at * out_w;
     const float* br = bias + net * bias_stride;
     double* staged = logit_row + L;  // y + bias
+    double* expo = staged + out_w;   // exp(logit - max) per atom
     for (unsigned int c = threadIdx.x; c < out_w; c += blockDim.x) staged[c] = (double)yr[c] + (double)br[c];
     __syncthreads();
 
@@ -75,12 +77,18 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
         double mx = __longlong_as_double(0xfff0000000000000ull);  // -inf
         for (unsigned int z = lane; z < na; z += 32) mx = fmax(mx, logit_row[base + z]);
         mx = warp_max(mx);
+        // exp once per atom: probs = e / sum e (= exp(log_probs) to a double ulp).
         double se = 0.0;
-        for (unsigned int z = lane; z < na; z += 32) se += exp(logit_row[base + z] - mx);
-        const double lse = mx + log(warp_sum(se));
+        for (unsigned int z = lane; z < na; z += 32) {
+            const double e = exp(logit_row[base + z] - mx);
+            expo[base + z] = e;
+            se += e;
+        }
+        se = warp_sum(se);
+        const double lse = mx + log(se);
         double qs = 0.0;
         for (unsigned int z = lane; z < na; z += 32) {
-            const double l = logit_row[base + z], lp = l - lse, pz = exp(lp);
+            const double l = logit_row[base + z], lp = l - lse, pz = expo[base + z] / se;
             lg[z] = (float)l;
             log_probs[at * L + base + z] = (float)lp;
             probs[at * L + base + z] = (float)pz;

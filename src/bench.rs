@@ -116,8 +116,9 @@ const QNET_BATCHES: [usize; 2] = [256, 1024];
 /// `tallyho bench qnet`: one full update of the default network (C51, 51 atoms; three
 /// forwards over two networks, loss, backward, clip, Adam, priorities) at B in {256, 1024},
 /// eager and graph-replayed, and its parts: `forward`, `loss`, `backward`, `optimizer`, and
-/// `update gemms` (the update's 21 GEMMs alone, from which the TFLOP/s of every row is
-/// computed: GEMM flops / that row's median). The `capacity` column is 0 (no replay).
+/// `update gemms` (the update's 14 GEMMs alone, and their TFLOP/s: GEMM flops / median),
+/// and `update (tf32)`, the update with TF32 tensor-core GEMMs. The `capacity` column is 0
+/// (no replay).
 pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     if opts.reps == 0 {
         return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
@@ -149,6 +150,12 @@ pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
             r.tflops = Some(flops / (r.median_us * 1e-6) / 1e12);
         }
         these.extend(gemms);
+        // The TF32 option, beside the fp32 default.
+        st.net.set_tf32(true)?;
+        these.extend(timing.both_modes(gpu, &mut st, "update (tf32)", 0, batch, |st| {
+            st.net.update(&st.device_batch, &st.device_weights)
+        })?);
+        st.net.set_tf32(false)?;
         rows.extend(these);
         gpu.synchronize()?;
     }

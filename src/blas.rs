@@ -46,6 +46,19 @@ impl Blas {
         Ok(Blas { blas: CudaBlas::new(stream.clone()).map_err(|e| Error::Usage(format!("cuBLAS handle: {e}")))? })
     }
 
+    /// TF32 tensor-core math for the products (inputs rounded to 10 mantissa bits, fp32
+    /// accumulation), or back to strict fp32 (the default).
+    pub fn set_tf32(&self, on: bool) -> Result<()> {
+        use cudarc::cublas::sys::cublasMath_t::{CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH};
+        let mode = if on { CUBLAS_TF32_TENSOR_OP_MATH } else { CUBLAS_DEFAULT_MATH };
+        // SAFETY: the handle is live for self's lifetime; setting the math mode has no other effect.
+        let status = unsafe { cudarc::cublas::sys::cublasSetMathMode(*self.blas.handle(), mode) };
+        if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(Error::Usage(format!("cuBLAS math mode: {status:?}")));
+        }
+        Ok(())
+    }
+
     fn check(what: &str, len: usize, l: Layout, rows: usize, cols: usize) -> Result<()> {
         if !l.valid(rows, cols) || l.span(rows, cols) > len {
             return Err(Error::Usage(format!(

@@ -366,6 +366,13 @@ impl QNet {
         self.gemms_only = on;
     }
 
+    /// TF32 tensor-core GEMMs (an option for speed, with its own error: ~3e-4 relative per
+    /// product, ../shared/GPU.md), or strict fp32 (the default, what the tests check).
+    pub fn set_tf32(&mut self, on: bool) -> Result<()> {
+        self.blas.set_tf32(on)?;
+        self.lanes.iter().try_for_each(|l| l.blas.set_tf32(on))
+    }
+
     /// Floating-point operations of the GEMMs of one update (2 per multiply-add): the
     /// forward over both networks on 2B rows, the backward on B rows.
     pub fn update_gemm_flops(&self) -> f64 {
@@ -557,7 +564,7 @@ impl QNet {
         let cfg = LaunchConfig {
             grid_dim: (rows32, NETS as u32, 1),
             block_dim: (HEAD_THREADS, 1, 1),
-            shared_mem_bytes: ((d.lw + d.ow) * 8) as u32,
+            shared_mem_bytes: ((2 * d.lw + d.ow) * 8) as u32,
         };
         // SAFETY: follows qnet_head's signature: y is NETS x 2B x ow, bias ow floats at each
         // net's stride (row H of its dense head matrix), the BranchShape by value, the outputs NETS x 2B x lw (logits, log_probs, probs) and
@@ -600,7 +607,7 @@ impl QNet {
         let cfg = LaunchConfig {
             grid_dim: (b32, 1, 1),
             block_dim: (LOSS_THREADS, 1, 1),
-            shared_mem_bytes: ((2 * d.kk + 3) * d.na * 8 + (3 * d.qw + if d.na > 1 { 3 * d.lw } else { 0 }) * 4) as u32,
+            shared_mem_bytes: ((3 * d.kk + 3) * d.na * 8 + (3 * d.qw + if d.na > 1 { 3 * d.lw } else { 0 }) * 4) as u32,
         };
         // SAFETY: follows qnet_loss's signature: q, log_probs, probs as written by qnet_head
         // for NETS x 2B rows; actions B x K (each in [0, n_k): the caller's batch, checked by
