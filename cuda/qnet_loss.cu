@@ -3,15 +3,15 @@
 // Per branch k:
 //   a*_k = argmax_j q_online(s'_i)[k, j], the lowest j on ties;
 //   C51 (NA > 1): m = projection of probs_target(s'_i)[k, a*_k] onto the support for
-//     r + gamma^n (1 - done) z, gathered per target atom over its sources in the oracle's
-//     order (so the same double operations), l_k = -sum_z m_z log_probs_online(s_i)[k, a_k, z],
+//     r + gamma^n (1 - done) z, scattered in source order by one thread per branch (the
+//     oracle's order, so the same double operations), l_k = -sum_z m_z log_probs_online(s_i)[k, a_k, z],
 //     dlogits = c (probs sum_z' m_z' - m), c = w_i / (B K);
 //   scalar (NA = 1): y = r + gamma^n (1 - done) (1/K) sum_k q_target(s'_i)[k, a*_k],
 //     TD_k = y - q_online(s_i)[k, a_k], l_k = Huber(TD_k), dlogit = -c Huber'(TD_k).
 // Then the dueling backward into the head-output gradient row dy_i (qnet::head_grad), the
 // per-sample loss L_i = (1/K) sum_k l_k and the priority (C51 L_i, scalar mean_k |TD_k|).
 // Oracle: qnet::loss_with_next_actions, qnet::next_actions, qnet::head_grad.
-//   qnet_loss:        grid (B), block QNET_LOSS_THREADS; dynamic shared: (3 K + 3) NA doubles,
+//   qnet_loss:        grid (B), block QNET_LOSS_THREADS; dynamic shared: (2 K + 3) NA doubles,
 //                     then 3 A floats (+ 3 L for NA > 1).
 //   qnet_loss_reduce: ONE block of 256 threads: loss = (1/B) sum_i w_i L_i.
 #include "common/qnet.cuh"
@@ -52,7 +52,7 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
                                      float v_max, double discount, float kappa, int* __restrict__ next_actions,
                                      double* __restrict__ sample_loss, float* __restrict__ priority,
                                      float* __restrict__ dy) {
-    // Dynamic shared memory: doubles m, dl, dl / n_k [K NA each], land_l, land_u, land_b [NA], then
+    // Dynamic shared memory: doubles m [K NA], dl [K NA], land_l, land_u, land_b [NA], then
     // floats: the sample's rows staged with coalesced loads: q of (online, s), (online, s'),
     // (target, s') [A each], and for NA > 1 log_probs and probs of (online, s) and probs of
     // (target, s') [L each].
@@ -67,8 +67,7 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
     const bool c51 = na > 1;
     double* m = smem;
     double* dl = m + nbranch * na;
-    double* dmean = dl + nbranch * na;  // dl / n_k, the dueling mean's share
-    double* land_l = dmean + nbranch * na;
+    double* land_l = dl + nbranch * na;
     double* land_u = land_l + na;
     double* land_b = land_u + na;
     float* q_s = (float*)(land_b + na);
@@ -120,46 +119,31 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
     __syncthreads();
 
     if (c51) {
-        // The projection gathered per target atom z: the sources t that land on z (l_t = z
-        // or u_t = z), in increasing t, each with the oracle's terms in its order: p (u - b)
-        // where l = z, p (b - l) where u = z, and p where l = u = z. So the same double
-        // operations in the same order as the oracle's scatter. With g >= 0 the landings are
-        // non-decreasing in t and those sources are one run, found by binary search;
-        // otherwise every t is scanned.
+        // The projection, one thread per branch, in the oracle's order: for each source atom
+        // t, m_l += p (u - b), m_u += p (b - l), and m_l += p where l = u.
+        if (tid < nbranch) {
+            const unsigned int k = tid;
+            const float* pt = p_tg + shape.logit[k] + a_star[k] * na;
+            double* mk = m + k * na;
+            for (unsigned int z = 0; z < na; ++z) mk[z] = 0.0;
+            for (unsigned int t = 0; t < na; ++t) {
+                const double p = (double)pt[t], l = land_l[t], u = land_u[t], b = land_b[t];
+                const unsigned int li = (unsigned int)l, ui = (unsigned int)u;
+                mk[li] = __dadd_rn(mk[li], __dmul_rn(p, __dsub_rn(u, b)));
+                mk[ui] = __dadd_rn(mk[ui], __dmul_rn(p, __dsub_rn(b, l)));
+                if (li == ui) mk[li] = __dadd_rn(mk[li], p);
+            }
+        }
+        __syncthreads();
+        // Each thread's share of the cross-entropy and the target mass of every branch.
         double part[2 * QNET_MAX_BRANCHES];
 #pragma unroll
         for (unsigned int j = 0; j < 2 * QNET_MAX_BRANCHES; ++j) part[j] = 0.0;
         for (unsigned int z = tid; z < na; z += QNET_LOSS_THREADS) {
-            const double zd = (double)z;
-            unsigned int t_lo = 0, t_hi = na;  // [t_lo, t_hi)
-            if (g >= 0.0) {
-                unsigned int a = 0, b = na;  // first t with u_t >= z
-                while (a < b) {
-                    const unsigned int mid = (a + b) / 2;
-                    if (land_u[mid] < zd) a = mid + 1; else b = mid;
-                }
-                t_lo = a;
-                a = t_lo, b = na;  // first t with l_t > z
-                while (a < b) {
-                    const unsigned int mid = (a + b) / 2;
-                    if (land_l[mid] <= zd) a = mid + 1; else b = mid;
-                }
-                t_hi = a;
-            }
 #pragma unroll
             for (unsigned int k = 0; k < QNET_MAX_BRANCHES; ++k) {
                 if (k >= nbranch) break;
-                const float* pt = p_tg + shape.logit[k] + a_star[k] * na;
-                double mz = 0.0;
-                for (unsigned int t = t_lo; t < t_hi; ++t) {
-                    const double l = land_l[t], u = land_u[t];
-                    if (l != zd && u != zd) continue;
-                    const double p = (double)pt[t], b = land_b[t];
-                    if (l == zd) mz = __dadd_rn(mz, __dmul_rn(p, __dsub_rn(u, b)));
-                    if (u == zd) mz = __dadd_rn(mz, __dmul_rn(p, __dsub_rn(b, l)));
-                    if (l == u && l == zd) mz = __dadd_rn(mz, p);
-                }
-                m[k * na + z] = mz;
+                const double mz = m[k * na + z];
                 part[2 * k] += mz * (double)lp_s[shape.logit[k] + act[k] * na + z];
                 part[2 * k + 1] += mz;
             }
@@ -177,7 +161,6 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
             const double mass = red[0][2 * k + 1];
             const double pz = (double)p_s[shape.logit[k] + act[k] * na + z];
             dl[e] = __dmul_rn(c, __dsub_rn(__dmul_rn(pz, mass), m[e]));
-            dmean[e] = dl[e] / (double)shape.n[k];
         }
     } else if (tid == 0) {
         double next = 0.0;
@@ -189,7 +172,6 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
             const double td = target - (double)q_s[shape.q[k] + act[k]];
             branch_loss[k] = huber(td, (double)kappa);
             dl[k] = -c * huber_grad(td, (double)kappa);
-            dmean[k] = dl[k] / (double)shape.n[k];
             sum_abs += fabs(td);
         }
         abs_td = sum_abs / (double)nbranch;
@@ -207,7 +189,8 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
             unsigned int k = 0;
             while (col >= shape.out[k + 2]) ++k;
             const unsigned int j = (col - shape.out[k + 1]) / na, z = (col - shape.out[k + 1]) % na;
-            v = (j == act[k] ? dl[k * na + z] : 0.0) - dmean[k * na + z];
+            const double d = dl[k * na + z];
+            v = (j == act[k] ? d : 0.0) - d / (double)shape.n[k];
         }
         dyr[col] = (float)v;
     }

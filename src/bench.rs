@@ -69,6 +69,9 @@ pub struct BenchRow {
     pub reps: usize,
     /// GEMM floating-point rate at the median, TFLOP/s (network benchmarks only).
     pub tflops: Option<f64>,
+    /// Env transitions per second at the median (experience benchmarks only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transitions_per_s: Option<f64>,
 }
 
 /// Run the prioritized replay benchmark on `gpu`; one row per (op, capacity, batch, mode).
@@ -162,6 +165,55 @@ pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     Ok(rows)
 }
 
+/// Env counts of the experience benchmark (full run; a quick run takes the first).
+const ENV_COUNTS: [usize; 2] = [256, 4096];
+
+/// `tallyho bench env`: one experience timestep of N envs on the embedded synthetic market
+/// (state gather, the online Q-forward of the default C51 network, action select at
+/// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
+/// with env transitions/s = N / median; and its parts: `q-forward (acting)` and
+/// `env kernels` (the four environment kernels alone). The `batch` column holds N.
+pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
+    use crate::env::{load_market, Env};
+    use crate::parity::env::{acting_config, BRANCHES};
+    use tallyho_oracle::env::{EnvConfig, EnvMarket, Split};
+    if opts.reps == 0 {
+        return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
+    }
+    let (counts, reps): (&[usize], usize) =
+        if opts.quick { (&ENV_COUNTS[..1], opts.reps.min(QUICK_REPS)) } else { (&ENV_COUNTS, opts.reps) };
+    let timing = Timing { reps, warmup: opts.warmup.max(1) };
+    let market = load_market(None)?;
+    let (em, split) = (EnvMarket::of(&market), Split::train(&market));
+    let qcfg = acting_config(&em, SEED);
+    let net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
+    struct Run {
+        env: Env,
+        acting: crate::qnet::Acting,
+    }
+    let mut rows = Vec::new();
+    for &n in counts {
+        let cfg = EnvConfig { envs: n, ..EnvConfig::default() };
+        let mut env = Env::new(gpu, &cfg, &BRANCHES, &em, split)?;
+        env.set_epsilon(0.1)?;
+        let mut run = Run { env, acting: net.acting(n)? };
+        let mut step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        for r in step.iter_mut() {
+            r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
+        }
+        rows.extend(step);
+        rows.extend(timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
+        rows.extend(timing.both_modes(gpu, &mut run, "env kernels", 0, n, |r| {
+            r.env.state_gather()?;
+            r.env.action_select(&r.acting.q)?;
+            r.env.fill_step()?;
+            r.env.barriers()
+        })?);
+        gpu.synchronize()?;
+    }
+    Ok(rows)
+}
+
 struct Timing {
     reps: usize,
     warmup: usize,
@@ -188,6 +240,7 @@ impl Timing {
             p90_us: percentile(&samples, 0.9),
             reps: samples.len(),
             tflops: None,
+            transitions_per_s: None,
         };
         for _ in 0..self.warmup {
             work(per)?;
@@ -275,8 +328,8 @@ fn random_td(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
 
 /// An aligned text table: one line per row, after a header.
 pub fn format_table(rows: &[BenchRow]) -> String {
-    let header = ["op", "capacity", "batch", "mode", "median_us", "p10_us", "p90_us", "reps", "tflops"];
-    let cells: Vec<[String; 9]> = rows
+    let header = ["op", "capacity", "batch", "mode", "median_us", "p10_us", "p90_us", "reps", "tflops", "trans/s"];
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
             [
@@ -289,6 +342,7 @@ pub fn format_table(rows: &[BenchRow]) -> String {
                 format!("{:.2}", r.p90_us),
                 r.reps.to_string(),
                 r.tflops.map_or("-".to_string(), |t| format!("{t:.2}")),
+                r.transitions_per_s.map_or("-".to_string(), |t| format!("{t:.3e}")),
             ]
         })
         .collect();
@@ -346,6 +400,7 @@ mod tests {
             p90_us: 123.456,
             reps: 100,
             tflops: None,
+            transitions_per_s: None,
         };
         let t = format_table(&[row("sample", "eager", 12.5), row("sample+gather+update", "graph", 3.25)]);
         let lines: Vec<&str> = t.lines().collect();

@@ -1,6 +1,7 @@
 //! The GPU crate's error type: every failure names its cause and the fix.
 
 use cudarc::driver::DriverError;
+use tallyho_oracle::market::MarketError;
 use tallyho_oracle::ConfigError;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -27,6 +28,8 @@ pub enum Error {
     UnknownKernel(String),
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    Market(#[from] MarketError),
     #[error("{0}")]
     Usage(String),
     #[error("graph {name}: {why}")]

@@ -2,6 +2,7 @@
 //! has a CPU reference in `tallyho-oracle` and is checked against it.
 
 pub mod bench;
+pub mod env;
 pub mod blas;
 pub mod error;
 pub mod fixtures;

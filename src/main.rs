@@ -67,6 +67,19 @@ enum BenchWhat {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Experience: one env timestep (gather, Q-forward, select, fill, barriers) at N = 256 and 4096.
+    Env {
+        #[arg(long, default_value_t = 200)]
+        reps: usize,
+        #[arg(long, default_value_t = 20)]
+        warmup: usize,
+        /// N = 256 only, few repetitions: a smoke run.
+        #[arg(long)]
+        quick: bool,
+        /// Write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Q-network: one full update at B = 256 and 1024 and its parts, eager and graph-replayed.
     Qnet {
         #[arg(long, default_value_t = 200)]
@@ -135,6 +148,15 @@ fn run(cli: Cli) -> Result<()> {
             let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
             eprintln!("bench per on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
             let rows = tallyho::bench::bench_per(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
+            if let Some(p) = json {
+                write(&p, &serde_json::to_string_pretty(&rows)?)?;
+            }
+            print!("{}", tallyho::bench::format_table(&rows));
+        }
+        Command::Bench { what: BenchWhat::Env { reps, warmup, quick, json } } => {
+            let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
+            eprintln!("bench env on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
+            let rows = tallyho::bench::bench_env(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
             if let Some(p) = json {
                 write(&p, &serde_json::to_string_pretty(&rows)?)?;
             }

@@ -2,6 +2,8 @@
 //! fixture replays and `tallyho verify`. Each runs the kernel on fresh inputs, runs the
 //! oracle on the same inputs, and returns one `Comparison` per output.
 
+pub mod env;
+
 use crate::error::Result;
 use crate::replay::PerBuffer;
 use crate::runtime::Gpu;
@@ -385,7 +387,7 @@ impl QNetSetup {
 
 /// Per-branch tensors (`[k]`: rows x n_k x `per_action`) as rows of all branches, branch-major:
 /// the GPU's layout of logits and Q.
-fn branch_rows(cfg: &tallyho_oracle::qnet::QNetConfig, per_branch: &[Vec<f64>], rows: usize, per_action: usize) -> Vec<f64> {
+pub(crate) fn branch_rows(cfg: &tallyho_oracle::qnet::QNetConfig, per_branch: &[Vec<f64>], rows: usize, per_action: usize) -> Vec<f64> {
     let mut out = Vec::new();
     for i in 0..rows {
         for (k, &n) in cfg.branches.iter().enumerate() {
@@ -451,7 +453,7 @@ pub fn forward_of_gpu(
 }
 
 /// The reduction lengths each forward output went through (for `tolerance::gemm_chain`).
-fn forward_chain(cfg: &tallyho_oracle::qnet::QNetConfig) -> [Vec<usize>; 4] {
+pub(crate) fn forward_chain(cfg: &tallyho_oracle::qnet::QNetConfig) -> [Vec<usize>; 4] {
     let head_in = cfg.value_hidden.max(cfg.adv_hidden);
     let n_max = cfg.branches.iter().copied().max().unwrap_or(1);
     let h1 = vec![cfg.state_dim + 1];

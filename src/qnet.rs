@@ -37,6 +37,27 @@ use tallyho_oracle::qnet::{self as spec, QNetConfig};
 pub const MAX_BRANCHES: usize = 8;
 /// Threads of a `qnet_loss` block (`QNET_LOSS_THREADS`).
 const LOSS_THREADS: u32 = 64;
+/// The online network's forward for acting on N states (the experience step's Q-forward):
+/// its own activations, so acting never touches the update's buffers.
+pub struct Acting {
+    rows: usize,
+    a1: CudaSlice<f32>,
+    a2: CudaSlice<f32>,
+    ah: CudaSlice<f32>,
+    y: CudaSlice<f32>,
+    logits: CudaSlice<f32>,
+    log_probs: CudaSlice<f32>,
+    probs: CudaSlice<f32>,
+    /// `[N x sum n_k]`: the Q-values (expected value over atoms) that `action_select` reads.
+    pub q: CudaSlice<f32>,
+}
+
+impl Acting {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
 /// Threads of a `qnet_head` block: four warps, one action each at a time.
 const HEAD_THREADS: u32 = 128;
 /// The two networks of a forward: online (0) and target (1).
@@ -607,7 +628,7 @@ impl QNet {
         let cfg = LaunchConfig {
             grid_dim: (b32, 1, 1),
             block_dim: (LOSS_THREADS, 1, 1),
-            shared_mem_bytes: ((3 * d.kk + 3) * d.na * 8 + (3 * d.qw + if d.na > 1 { 3 * d.lw } else { 0 }) * 4) as u32,
+            shared_mem_bytes: ((2 * d.kk + 3) * d.na * 8 + (3 * d.qw + if d.na > 1 { 3 * d.lw } else { 0 }) * 4) as u32,
         };
         // SAFETY: follows qnet_loss's signature: q, log_probs, probs as written by qnet_head
         // for NETS x 2B rows; actions B x K (each in [0, n_k): the caller's batch, checked by
@@ -718,6 +739,77 @@ impl QNet {
         let (online, mut target) = self.params.split_at_mut(p);
         self.opt.target_sync(&online.as_view(), &mut target, self.cfg.polyak_tau)?;
         self.scatter_heads(NETS)
+    }
+
+    /// Activations for acting on `rows` states at a time.
+    pub fn acting(&self, rows: usize) -> Result<Acting> {
+        if rows == 0 || rows >= i32::MAX as usize / 4 {
+            return Err(Error::Usage(format!("acting on {rows} states: use 1 to 2^29")));
+        }
+        let (d, s) = (self.d, &self.stream);
+        Ok(Acting {
+            rows,
+            a1: s.alloc_zeros(rows * (d.h1 + 1))?,
+            a2: s.alloc_zeros(rows * (d.h2 + 1))?,
+            ah: s.alloc_zeros(rows * (d.hw + 1))?,
+            y: s.alloc_zeros(rows * d.ow)?,
+            logits: s.alloc_zeros(rows * d.lw)?,
+            log_probs: s.alloc_zeros(rows * d.lw)?,
+            probs: s.alloc_zeros(rows * d.lw)?,
+            q: s.alloc_zeros(rows * d.qw)?,
+        })
+    }
+
+    /// The online network on `x` (`[N x (S + 1)]`: the states with a ones column, as
+    /// `state_gather` writes them): the same stages as [`QNet::forward`] on N rows of one
+    /// network (oracle `qnet::forward`, `head`), the Q-values left in `a.q`.
+    pub fn act(&self, x: &CudaSlice<f32>, a: &mut Acting) -> Result<()> {
+        let (d, pl, r) = (self.d, Layout::plain, a.rows);
+        self.check_len("acting input", x.len(), r * (d.s + 1))?;
+        let off = &self.off;
+        let (relu_k, st) = (&self.k.relu, &self.stream);
+        self.blas.gemm(r, d.h1, d.s + 1, 1.0, x, pl(d.s + 1), &self.params.slice(off.w1..), pl(d.h1), 0.0, &mut a.a1, d.h1 + 1)?;
+        relu(false, st, relu_k, &mut a.a1, r, d.h1)?;
+        self.blas.gemm(r, d.h2, d.h1 + 1, 1.0, &a.a1, pl(d.h1 + 1), &self.params.slice(off.w2..), pl(d.h2), 0.0, &mut a.a2, d.h2 + 1)?;
+        relu(false, st, relu_k, &mut a.a2, r, d.h2)?;
+        self.blas.gemm(r, d.hw, d.h2 + 1, 1.0, &a.a2, pl(d.h2 + 1), &self.params.slice(off.wh..), pl(d.hw), 0.0, &mut a.ah, d.hw + 1)?;
+        relu(false, st, relu_k, &mut a.ah, r, d.hw)?;
+        for &(row, fan_in, col, width) in &self.heads {
+            #[rustfmt::skip]
+            self.blas.gemm(r, width, fan_in, 1.0,
+                &a.ah.slice(row..), pl(d.hw + 1),
+                &self.heads_w.slice(row * d.ow + col..), pl(d.ow),
+                0.0, &mut a.y.slice_mut(col..), d.ow)?;
+        }
+        let (na, rows32, bias_stride) = (d.na as u32, r as u32, ((d.hw + 1) * d.ow) as u64);
+        let bias = self.heads_w.slice(d.hw * d.ow..);
+        let mut l = self.stream.launch_builder(&self.k.head);
+        l.arg(&a.y)
+            .arg(&bias)
+            .arg(&bias_stride)
+            .arg(&self.shape)
+            .arg(&na)
+            .arg(&self.cfg.v_min)
+            .arg(&self.cfg.v_max)
+            .arg(&rows32)
+            .arg(&mut a.logits)
+            .arg(&mut a.log_probs)
+            .arg(&mut a.probs)
+            .arg(&mut a.q);
+        let cfg = LaunchConfig {
+            grid_dim: (rows32, 1, 1),
+            block_dim: (HEAD_THREADS, 1, 1),
+            shared_mem_bytes: ((2 * d.lw + d.ow) * 8) as u32,
+        };
+        // SAFETY: as in forward_head, for one network (grid y = 1: the online bias at offset
+        // 0) of N rows: y is N x ow, the outputs N x lw and N x qw, allocated by `acting`.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// The Q-values of the last [`QNet::act`].
+    pub fn read_acting(&self, a: &Acting) -> Result<Vec<f32>> {
+        Ok(self.stream.clone_dtoh(&a.q)?)
     }
 
     /// Read one network's forward outputs (`net` 0 online, 1 target).
@@ -852,7 +944,7 @@ fn relu(skip: bool, stream: &Arc<CudaStream>, k: &CudaFunction, a: &mut CudaSlic
     let mut b = stream.launch_builder(k);
     b.arg(a).arg(&rows64).arg(&w32);
     // SAFETY: qnet_relu(float* a [rows x (width + 1)], u64 rows, u32 width); every caller
-    // passes an activation of NETS x 2B x (width + 1) with rows = NETS x 2B.
+    // passes an activation of `rows` x (width + 1): NETS x 2B rows (update) or N (acting).
     unsafe { b.launch(grid_stride(rows * (width + 1))) }?;
     Ok(())
 }

@@ -128,6 +128,24 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         let case = parity::QNetCase { atoms, state_dim: 32, batch: 64, seed: seed.wrapping_add(500) };
         m.add(&format!("qnet update x10 (NA {atoms})"), parity::check_qnet_update(gpu, &case, 10)?);
     }
+    for i in 0..cases {
+        progress(&format!("environment case {}/{cases}", i + 1));
+        let case = parity::env::EnvCase::random(&mut rng);
+        m.add("state_gather", parity::env::check_state_gather(gpu, &case)?);
+        m.add("action_select", parity::env::check_action_select(gpu, &case)?);
+        m.add("fill_step", parity::env::check_fill_step(gpu, &case)?);
+        m.add("barriers", parity::env::check_barriers(gpu, &case)?);
+    }
+    progress("experience: 50 steps of 256 envs on the synthetic market, and its graph replay");
+    {
+        use tallyho_oracle::env::{EnvConfig, EnvMarket, Split};
+        let market = crate::env::load_market(None)?;
+        let (em, split) = (EnvMarket::of(&market), Split::train(&market));
+        let cfg = EnvConfig { envs: 256, seed, ..EnvConfig::default() };
+        m.add("experience x50", parity::env::check_experience(gpu, &cfg, &em, split, 0.2, 50, 10)?.0);
+        let graphed = parity::env::check_experience_graph(gpu, &cfg, &em, split, 10)?;
+        m.add("experience graph vs eager x10", strip_step(graphed));
+    }
     progress("fixtures");
     match fixtures::check(fixture_dir, Replayer::Gpu(gpu)) {
         Ok(pairs) => {
@@ -142,6 +160,18 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         }
     }
     Ok(Report { device: gpu.name(), driver: gpu.driver_version(), seed, rows: m.into_rows() })
+}
+
+/// Graph-vs-eager comparisons are named per step; merge them into one row per output.
+fn strip_step(c: Vec<Comparison>) -> Vec<Comparison> {
+    c.into_iter()
+        .map(|mut c| {
+            if let Some((_, rest)) = c.output.strip_prefix("step ").and_then(|s| s.split_once(' ')) {
+                c.output = rest.to_string();
+            }
+            c
+        })
+        .collect()
 }
 
 fn table(report: &Report, markdown: bool) -> String {

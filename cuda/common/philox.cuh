@@ -9,6 +9,10 @@
 
 // Philox streams: keep in step with oracle/src/philox.rs `stream`.
 #define PHILOX_STREAM_PER_SAMPLE 1u
+#define PHILOX_STREAM_ACTION_EXPLORE 2u
+#define PHILOX_STREAM_ACTION_RANDOM 3u
+#define PHILOX_STREAM_FILL 4u
+#define PHILOX_STREAM_ENV_RESET 5u
 
 __device__ __forceinline__ uint4 philox_round(uint4 c, uint2 k) {
     const unsigned int lo0 = PHILOX_M0 * c.x;

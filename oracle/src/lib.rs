@@ -7,8 +7,11 @@
 
 pub mod compare;
 pub mod config;
+pub mod features;
+pub mod env;
 pub mod gemm;
 pub mod kat;
+pub mod market;
 pub mod per;
 pub mod philox;
 pub mod qnet;
@@ -16,4 +19,6 @@ pub mod tolerance;
 
 pub use compare::{compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison};
 pub use config::{ConfigError, PerConfig};
+pub use features::{FeatureConfig, Market};
+pub use market::{Bars, MarketError, SyntheticConfig};
 pub use tolerance::Tolerance;

@@ -19,6 +19,14 @@ pub const W1: u32 = 0xBB67_AE85;
 pub mod stream {
     /// Stratified sampling thresholds of the prioritized replay (`per_sample`).
     pub const PER_SAMPLE: u32 = 1;
+    /// Epsilon-greedy exploration tests of `action_select`, one word per branch.
+    pub const ACTION_EXPLORE: u32 = 2;
+    /// Random actions of `action_select`, one word per branch.
+    pub const ACTION_RANDOM: u32 = 3;
+    /// Fill draws of IOC and limit orders (`fill_step`).
+    pub const FILL: u32 = 4;
+    /// Start bars of episodes (`barriers`' auto-reset and the initial state).
+    pub const ENV_RESET: u32 = 5;
 }
 
 #[inline]

@@ -123,3 +123,9 @@ pub const QNET_TRAJECTORY: Tolerance = Tolerance::rel_norm(
     1e-3,
     "Adam steps are scale-free: relative gradient error (GEMM chain) plus rare ReLU-kink flips, relative L2",
 );
+
+/// The environment kernels (`state_gather`, `action_select`, `fill_step`, `barriers`):
+/// float32 and integer arithmetic written out operation by operation in the same order on
+/// both sides, without contraction, so actions, fills, dones and PnL are all bitwise equal.
+pub const ENV: Tolerance =
+    Tolerance::exact("float32 IEEE operations in the kernel's order without FMA, and integers: bitwise equal");

@@ -1,0 +1,55 @@
+// The backtest environment's constants and portfolio state (mirrors src/env.rs and the
+// oracle's env::EnvConfig / EnvState). All float arithmetic of the environment kernels uses
+// the round-to-nearest intrinsics, never contracted into FMAs, in the oracle's order: the
+// environment branches on these values, so both sides must compute the same bits.
+#pragma once
+#include "common/philox.cuh"
+
+// Constants of a run, a kernel argument built once by the host (never a per-step value).
+struct EnvParams {
+    unsigned int envs, feature_dim, max_steps, bar_lo, bar_hi;
+    int max_position;
+    float point_value, commission, ioc_fill_prob, limit_fill_min, limit_fill_max, limit_capture;
+    float take_profit, stop_loss, reward_scale, dsr_eta;
+    unsigned int key0, key1;
+};
+
+// Action branches (direction, size, order type) and their codes; done reasons.
+#define ENV_BRANCHES 3
+#define ENV_BUY 1
+#define ENV_SELL 2
+#define ENV_MARKET 0
+#define ENV_IOC 1
+#define ENV_TAKE_PROFIT 1
+#define ENV_STOP_LOSS 2
+#define ENV_TIME_LIMIT 3
+#define ENV_END_OF_DATA 4
+#define ENV_PORTFOLIO_FEATURES 4
+#define ENV_DSR_CLIP 10.0f
+#define ENV_DSR_MIN_VARIANCE 1e-12f
+
+// The N portfolios, structure of arrays (oracle env::EnvState), one pointer per field.
+struct EnvState {
+    unsigned int* bar;
+    unsigned int* steps;
+    unsigned int* clock;
+    int* position;
+    float* entry;
+    float* realized;
+    float* fees;
+    float* equity;
+    float* dsr_a;
+    float* dsr_b;
+};
+
+__device__ __forceinline__ float sign_of(int p) { return p > 0 ? 1.0f : (p < 0 ? -1.0f : 0.0f); }
+
+// A start bar in [lo, hi - 2] from the RESET draw of (env, clock): oracle Split::start.
+__device__ __forceinline__ unsigned int env_start(const EnvParams& p, unsigned int env, unsigned int clock) {
+    const unsigned int w = philox_draw(make_uint2(p.key0, p.key1), env, clock, PHILOX_STREAM_ENV_RESET).x;
+    return p.bar_lo + (unsigned int)(((unsigned long long)w * (p.bar_hi - 1u - p.bar_lo)) >> 32);
+}
+
+#define ENV_FOR_EACH(i, n)                                                                         \
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (n); \
+         i += (unsigned long long)gridDim.x * blockDim.x)

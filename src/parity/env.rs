@@ -1,0 +1,336 @@
+//! GPU-vs-oracle checks of the environment kernels (spec: tallyho_oracle::env): random
+//! markets, portfolios, Q-values and actions, every output compared bitwise
+//! (`tolerance::ENV`: both sides run the same float32 operations in the same order).
+
+use crate::env::Env;
+use crate::error::Result;
+use crate::runtime::Gpu;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tallyho_oracle::env::{self as spec, EnvConfig, EnvMarket, EnvState, Split};
+use tallyho_oracle::{compare_bitwise, compare_exact, Comparison};
+
+/// The action branches of every environment check (direction, size, order type).
+pub const BRANCHES: [usize; 3] = [3, 5, 3];
+
+/// Sizes and seed of one environment case.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EnvCase {
+    pub envs: usize,
+    pub bars: usize,
+    pub feature_dim: usize,
+    /// Differential Sharpe ratio reward on (eta 0.05) or off.
+    pub dsr: bool,
+    pub seed: u64,
+}
+
+impl EnvCase {
+    /// A random case: 1..=1100 envs (past one block), 3..=600 bars, 1..=12 features.
+    pub fn random(rng: &mut impl Rng) -> EnvCase {
+        EnvCase {
+            envs: rng.gen_range(1..=1100),
+            bars: rng.gen_range(3..=600),
+            feature_dim: rng.gen_range(1..=12),
+            dsr: rng.gen_bool(0.5),
+            seed: rng.gen(),
+        }
+    }
+
+    /// Tight barriers and a short time limit, so that a few steps exercise every exit.
+    pub fn config(&self) -> EnvConfig {
+        EnvConfig {
+            envs: self.envs,
+            max_position: 7,
+            take_profit: 0.0015,
+            stop_loss: 0.001,
+            max_steps: 12,
+            dsr_eta: if self.dsr { 0.05 } else { 0.0 },
+            seed: self.seed,
+            ..EnvConfig::default()
+        }
+    }
+
+    /// Episodes over all bars but the first.
+    pub fn split(&self) -> Split {
+        Split { lo: 1, hi: self.bars as u32 }
+    }
+}
+
+/// A random market: mid a random walk on the 0.25 tick grid near 1650, spread 1-4 ticks,
+/// high and low around the close, volatility in price units, features in [-3, 3).
+pub fn random_market(rng: &mut impl Rng, bars: usize, feature_dim: usize) -> EnvMarket {
+    let tick = 0.25f32;
+    let mut mid = 1650.0f32;
+    let mut m = EnvMarket {
+        bars,
+        feature_dim,
+        features: (0..bars * feature_dim).map(|_| rng.gen_range(-3.0..3.0)).collect(),
+        bid: Vec::with_capacity(bars),
+        ask: Vec::with_capacity(bars),
+        high: Vec::with_capacity(bars),
+        low: Vec::with_capacity(bars),
+        close: Vec::with_capacity(bars),
+        volatility: Vec::with_capacity(bars),
+    };
+    for _ in 0..bars {
+        mid += tick * rng.gen_range(-6i32..=6) as f32;
+        let half = tick * rng.gen_range(1..=4) as f32 * 0.5;
+        m.bid.push(mid - half);
+        m.ask.push(mid + half);
+        m.close.push(mid + tick * rng.gen_range(-2i32..=2) as f32);
+        m.high.push(mid + tick * rng.gen_range(0..=12) as f32);
+        m.low.push(mid - tick * rng.gen_range(0..=12) as f32);
+        m.volatility.push(rng.gen_range(0.05f32..3.0));
+    }
+    m
+}
+
+/// A random portfolio per env: bar in the start range, part of an episode gone, positions
+/// of both signs (a third flat) entered near the bar's mid, PnL and moments of both signs.
+pub fn random_env_state(rng: &mut impl Rng, cfg: &EnvConfig, m: &EnvMarket, split: Split) -> EnvState {
+    let mut st = EnvState::new(cfg, split);
+    for n in 0..st.len() {
+        let b = rng.gen_range(split.lo..split.hi - 1);
+        st.bar[n] = b;
+        st.steps[n] = rng.gen_range(0..cfg.max_steps);
+        st.clock[n] = rng.gen();
+        let pos = if rng.gen_bool(0.33) { 0 } else { rng.gen_range(-cfg.max_position..=cfg.max_position) };
+        st.position[n] = pos;
+        let mid = (m.bid[b as usize] + m.ask[b as usize]) * 0.5;
+        st.entry[n] = if pos != 0 { mid + 0.25 * rng.gen_range(-8i32..=8) as f32 } else { 0.0 };
+        st.realized[n] = rng.gen_range(-2000.0..2000.0);
+        st.fees[n] = rng.gen_range(0.0..100.0);
+        st.equity[n] = rng.gen_range(-2000.0..2000.0);
+        st.dsr_a[n] = rng.gen_range(-0.5..0.5);
+        st.dsr_b[n] = st.dsr_a[n] * st.dsr_a[n] + rng.gen_range(0.0..0.5);
+    }
+    st
+}
+
+/// Random actions `[N x 3]` within their branches.
+pub fn random_actions(rng: &mut impl Rng, envs: usize) -> Vec<i32> {
+    (0..envs * 3).map(|i| rng.gen_range(0..BRANCHES[i % 3] as i32)).collect()
+}
+
+/// Everything a check starts from.
+pub struct EnvSetup {
+    pub cfg: EnvConfig,
+    pub split: Split,
+    pub market: EnvMarket,
+    pub state: EnvState,
+    pub env: Env,
+    pub rng: ChaCha8Rng,
+}
+
+impl EnvSetup {
+    pub fn new(gpu: &Gpu, case: &EnvCase) -> Result<Self> {
+        let mut rng = ChaCha8Rng::seed_from_u64(case.seed ^ 0xe7e7);
+        let (cfg, split) = (case.config(), case.split());
+        let market = random_market(&mut rng, case.bars, case.feature_dim);
+        let state = random_env_state(&mut rng, &cfg, &market, split);
+        let mut env = Env::new(gpu, &cfg, &BRANCHES, &market, split)?;
+        env.upload_state(&state)?;
+        env.poison_outputs()?;
+        Ok(EnvSetup { cfg, split, market, state, env, rng })
+    }
+}
+
+/// Every field of two portfolios compared bitwise.
+pub fn compare_env_states(got: &EnvState, want: &EnvState) -> Vec<Comparison> {
+    vec![
+        compare_exact("bar", &got.bar, &want.bar),
+        compare_exact("steps", &got.steps, &want.steps),
+        compare_exact("clock", &got.clock, &want.clock),
+        compare_exact("position", &got.position, &want.position),
+        compare_bitwise("entry", &got.entry, &want.entry),
+        compare_bitwise("realized", &got.realized, &want.realized),
+        compare_bitwise("fees", &got.fees, &want.fees),
+        compare_bitwise("equity", &got.equity, &want.equity),
+        compare_bitwise("dsr_a", &got.dsr_a, &want.dsr_a),
+        compare_bitwise("dsr_b", &got.dsr_b, &want.dsr_b),
+    ]
+}
+
+/// `state_gather`: states and the Q-forward input (states plus a ones column), bitwise.
+pub fn check_state_gather(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
+    let mut s = EnvSetup::new(gpu, case)?;
+    s.env.state_gather()?;
+    let want = spec::state_gather(&s.cfg, &s.market, &s.state);
+    let width = s.market.state_dim();
+    let want_x: Vec<f32> = want.chunks_exact(width).flat_map(|r| r.iter().copied().chain([1.0])).collect();
+    Ok(vec![
+        compare_bitwise("states", &s.env.read_states()?, &want),
+        compare_bitwise("x", &s.env.read_x()?, &want_x),
+    ])
+}
+
+/// `action_select` on random Q-values with ties (values on a coarse grid), at epsilon 0, 1
+/// and one in between: actions exact.
+pub fn check_action_select(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
+    let mut s = EnvSetup::new(gpu, case)?;
+    let width: usize = BRANCHES.iter().sum();
+    let q: Vec<f32> = (0..case.envs * width).map(|_| s.rng.gen_range(-4i32..4) as f32 * 0.5).collect();
+    let dq = gpu.stream.clone_htod(&q)?;
+    let mut out = Vec::new();
+    for eps in [0.0f32, 1.0, s.rng.gen_range(0.05..0.95)] {
+        s.env.set_epsilon(eps)?;
+        s.env.action_select(&dq)?;
+        let want = spec::action_select(case.seed, &BRANCHES, eps, &q, &s.state);
+        out.push(compare_exact(&format!("actions (epsilon {eps:.2})"), &s.env.read_actions()?, &want));
+    }
+    Ok(out)
+}
+
+/// `fill_step` on random actions: fills, prices and the portfolios, bitwise.
+pub fn check_fill_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
+    let mut s = EnvSetup::new(gpu, case)?;
+    let actions = random_actions(&mut s.rng, case.envs);
+    s.env.upload_actions(&actions)?;
+    s.env.fill_step()?;
+    let mut want = s.state.clone();
+    let fills = spec::fill_step(&s.cfg, &s.market, &mut want, &actions);
+    let got = s.env.read_fills()?;
+    let mut out = vec![compare_exact("filled", &got.filled, &fills.filled), compare_bitwise("fill_price", &got.price, &fills.price)];
+    out.extend(compare_env_states(&s.env.download_state()?, &want));
+    Ok(out)
+}
+
+/// `barriers`: rewards, dones, reasons and the portfolios (resets included), bitwise.
+pub fn check_barriers(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
+    let mut s = EnvSetup::new(gpu, case)?;
+    s.env.barriers()?;
+    let mut want = s.state.clone();
+    let o = spec::barriers(&s.cfg, &s.market, s.split, &mut want);
+    let got = s.env.read_outcome()?;
+    let mut out = vec![
+        compare_bitwise("reward", &got.reward, &o.reward),
+        compare_bitwise("done", &got.done, &o.done),
+        compare_exact("reason", &got.reason, &o.reason),
+    ];
+    out.extend(compare_env_states(&s.env.download_state()?, &want));
+    Ok(out)
+}
+
+/// A Q-network for acting on states of `market`: the default network on its state width.
+pub fn acting_config(market: &EnvMarket, seed: u64) -> tallyho_oracle::qnet::QNetConfig {
+    tallyho_oracle::qnet::QNetConfig {
+        state_dim: market.state_dim(),
+        branches: BRANCHES.to_vec(),
+        seed,
+        ..Default::default()
+    }
+}
+
+/// `steps` experience timesteps of `cfg.envs` envs on `market` (state gather, the online
+/// Q-forward, action select, fill, barriers on the GPU) against the oracle stepped alongside
+/// from the same start. The oracle takes the GPU's Q-values as its action-select input (an
+/// argmax of near-tied float values is not stable under the GEMMs' summation order, so the
+/// forward is compared on its own, by its GEMM-chain tolerance, every `q_every` steps);
+/// everything else, states, actions, fills, rewards, dones and portfolios, bitwise at
+/// every step. Also returns what happened, counted on the oracle's side (so that a test can
+/// assert that the trajectory traded).
+pub fn check_experience(
+    gpu: &Gpu,
+    cfg: &EnvConfig,
+    market: &EnvMarket,
+    split: Split,
+    epsilon: f32,
+    steps: usize,
+    q_every: usize,
+) -> Result<(Vec<Comparison>, Activity)> {
+    use tallyho_oracle::compare_rel_norm;
+    use tallyho_oracle::qnet as qspec;
+    use tallyho_oracle::tolerance::gemm_chain;
+    let qcfg = acting_config(market, cfg.seed ^ 0x0a11);
+    let net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
+    let online = qspec::init_params(&qcfg);
+    let mut acting = net.acting(cfg.envs)?;
+    let mut env = Env::new(gpu, cfg, &BRANCHES, market, split)?;
+    env.set_epsilon(epsilon)?;
+    let mut oracle = EnvState::new(cfg, split);
+    let q_tol = gemm_chain(&super::forward_chain(&qcfg)[3]);
+    let mut out: Vec<Comparison> = Vec::new();
+    let mut activity = Activity::default();
+    let mut add = |c: Vec<Comparison>| {
+        for c in c {
+            match out.iter_mut().find(|o| o.output == c.output) {
+                Some(o) => o.merge(&c),
+                None => out.push(c),
+            }
+        }
+    };
+    for t in 0..steps {
+        let before = oracle.clone();
+        env.step(&net, &mut acting)?;
+        let q = net.read_acting(&acting)?;
+        let want = spec::env_step(cfg, &BRANCHES, epsilon, market, split, &mut oracle, |_| q.clone());
+        activity.fills += want.fills.filled.iter().filter(|&&f| f == 1).count();
+        for &r in &want.outcome.reason {
+            activity.dones[r as usize] += 1;
+        }
+        activity.greedy_and_random_differ |= want.actions != spec::action_select(cfg.seed, &BRANCHES, 0.0, &q, &before);
+        if q_every > 0 && t % q_every == 0 {
+            let f = qspec::forward(&qcfg, &online, &want.states);
+            let want_q = super::branch_rows(&qcfg, &f.q, cfg.envs, 1);
+            add(vec![compare_rel_norm("q", &q, &want_q, q_tol)]);
+        }
+        let fills = env.read_fills()?;
+        let o = env.read_outcome()?;
+        let mut c = vec![
+            compare_bitwise("states", &env.read_states()?, &want.states),
+            compare_exact("actions", &env.read_actions()?, &want.actions),
+            compare_exact("filled", &fills.filled, &want.fills.filled),
+            compare_bitwise("fill_price", &fills.price, &want.fills.price),
+            compare_bitwise("reward", &o.reward, &want.outcome.reward),
+            compare_bitwise("done", &o.done, &want.outcome.done),
+            compare_exact("reason", &o.reason, &want.outcome.reason),
+        ];
+        c.extend(compare_env_states(&env.download_state()?, &oracle));
+        for x in c.iter_mut().filter(|x| !x.passed()) {
+            x.output = format!("{} (first failure at step {t})", x.output);
+        }
+        add(c);
+    }
+    Ok((out, activity))
+}
+
+/// What an experience trajectory did (oracle side).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Activity {
+    /// Orders filled, over all envs and steps.
+    pub fills: usize,
+    /// Env-steps per done reason (index 0: not done).
+    pub dones: [usize; 5],
+    /// Exploration changed some action (epsilon took effect).
+    pub greedy_and_random_differ: bool,
+}
+
+/// The experience step replayed from its graph against the same step launched eagerly on
+/// a twin Env, `steps` times: every output and portfolio bitwise equal at every step.
+pub fn check_experience_graph(gpu: &Gpu, cfg: &EnvConfig, market: &EnvMarket, split: Split, steps: usize) -> Result<Vec<Comparison>> {
+    let qcfg = acting_config(market, cfg.seed ^ 0x0a11);
+    let net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
+    let (mut a_eager, mut a_graph) = (net.acting(cfg.envs)?, net.acting(cfg.envs)?);
+    let mut eager = Env::new(gpu, cfg, &BRANCHES, market, split)?;
+    let mut graph = Env::new(gpu, cfg, &BRANCHES, market, split)?;
+    eager.set_epsilon(0.2)?;
+    graph.set_epsilon(0.2)?;
+    let mut out = Vec::new();
+    for t in 0..steps {
+        eager.step(&net, &mut a_eager)?;
+        graph.step_graphed(&net, &mut a_graph)?;
+        let (ge, gg) = (eager.read_outcome()?, graph.read_outcome()?);
+        let mut c = vec![
+            compare_exact("actions", &graph.read_actions()?, &eager.read_actions()?),
+            compare_bitwise("q", &net.read_acting(&a_graph)?, &net.read_acting(&a_eager)?),
+            compare_bitwise("reward", &gg.reward, &ge.reward),
+            compare_bitwise("done", &gg.done, &ge.done),
+        ];
+        c.extend(compare_env_states(&graph.download_state()?, &eager.download_state()?));
+        for x in &mut c {
+            x.output = format!("step {t} {}", x.output);
+        }
+        out.extend(c);
+    }
+    Ok(out)
+}
