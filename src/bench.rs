@@ -172,7 +172,8 @@ const ENV_COUNTS: [usize; 2] = [256, 4096];
 /// (state gather, the online Q-forward of the default C51 network, action select at
 /// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
 /// with env transitions/s = N / median; and its parts: `q-forward (acting)` and
-/// `env kernels` (the four environment kernels alone). The `batch` column holds N.
+/// `env kernels` (the four environment kernels alone); and `experience step (tf32)`, the
+/// step with TF32 tensor-core GEMMs in the Q-forward. The `batch` column holds N.
 pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::env::{load_market, Env};
     use crate::parity::env::{acting_config, BRANCHES};
@@ -186,7 +187,7 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let market = load_market(None)?;
     let (em, split) = (EnvMarket::of(&market), Split::train(&market));
     let qcfg = acting_config(&em, SEED);
-    let net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
+    let mut net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
     struct Run {
         env: Env,
         acting: crate::qnet::Acting,
@@ -209,6 +210,14 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
             r.env.fill_step()?;
             r.env.barriers()
         })?);
+        // The TF32 option for the Q-forward, beside the fp32 default.
+        net.set_tf32(true)?;
+        let mut tf32 = timing.both_modes(gpu, &mut run, "experience step (tf32)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        net.set_tf32(false)?;
+        for r in tf32.iter_mut() {
+            r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
+        }
+        rows.extend(tf32);
         gpu.synchronize()?;
     }
     Ok(rows)

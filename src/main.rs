@@ -48,6 +48,13 @@ enum Command {
         #[arg(long, default_value = "sm_90")]
         arch: String,
     },
+    /// Load and validate market data (or the embedded synthetic default) and summarise its
+    /// bars, splits and features. No GPU needed.
+    Market {
+        /// A folder of LEAN minute zips, or a headed CSV file; none: the synthetic default.
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
     /// What this machine offers: driver, NVRTC, device.
     Info,
 }
@@ -118,12 +125,44 @@ fn main() {
     }
 }
 
+/// `tallyho market`: what the trainer would learn from.
+fn market_summary(data: Option<&std::path::Path>) -> Result<()> {
+    use tallyho_oracle::features::{self, FeatureConfig, FEATURE_NAMES};
+    use tallyho_oracle::market::{self, EpochMs, SyntheticConfig};
+    let (source, bars) = match data {
+        Some(p) => (p.display().to_string(), market::load(p)?),
+        None => ("the embedded synthetic market (seeded, SyntheticConfig::default)".to_string(), market::synthetic(&SyntheticConfig::default())?),
+    };
+    let m = features::build(&bars, &FeatureConfig::default())?;
+    let (first, last) = (bars.time_ms[0], bars.time_ms[bars.len() - 1]);
+    println!("source: {source}");
+    println!("bars: {} from {} to {}", bars.len(), EpochMs(first), EpochMs(last));
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let spread: Vec<f64> = bars.ask.iter().zip(&bars.bid).map(|(a, b)| a - b).collect();
+    println!(
+        "close: first {:.2}, last {:.2}, min {:.2}, max {:.2}; mean spread {:.4}; mean volume {:.1}",
+        bars.close[0],
+        bars.close[bars.len() - 1],
+        bars.close.iter().copied().fold(f64::INFINITY, f64::min),
+        bars.close.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        mean(&spread),
+        mean(&bars.volume)
+    );
+    println!("warm-up bars [0, {}), training split [{}, {}), test split [{}, {})", m.first_bar, m.first_bar, m.train_end, m.train_end, m.bars);
+    println!("features (normalised with training-split statistics):");
+    for (j, name) in FEATURE_NAMES.iter().enumerate() {
+        println!("  {name:<12} mean {:>12.5e}  std {:>12.5e}", m.mean[j], m.std[j]);
+    }
+    Ok(())
+}
+
 fn write(path: &PathBuf, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Market { data } => market_summary(data.as_deref())?,
         Command::Verify { cases, seed, fixtures: dir, json, markdown } => {
             if cases == 0 {
                 bail!("--cases 0 checks nothing: give at least 1");

@@ -774,13 +774,19 @@ impl QNet {
         relu(false, st, relu_k, &mut a.a2, r, d.h2)?;
         self.blas.gemm(r, d.hw, d.h2 + 1, 1.0, &a.a2, pl(d.h2 + 1), &self.params.slice(off.wh..), pl(d.hw), 0.0, &mut a.ah, d.hw + 1)?;
         relu(false, st, relu_k, &mut a.ah, r, d.hw)?;
-        for &(row, fan_in, col, width) in &self.heads {
+        // The heads' output products side by side: the value head on the main stream, the
+        // branches across the lanes (as in forward_heads).
+        let side = (self.heads.len() - 1).min(LANES);
+        self.fork(0..side)?;
+        for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
+            let blas = if h == 0 { &self.blas } else { &self.lanes[(h - 1) % LANES].blas };
             #[rustfmt::skip]
-            self.blas.gemm(r, width, fan_in, 1.0,
+            blas.gemm(r, width, fan_in, 1.0,
                 &a.ah.slice(row..), pl(d.hw + 1),
                 &self.heads_w.slice(row * d.ow + col..), pl(d.ow),
                 0.0, &mut a.y.slice_mut(col..), d.ow)?;
         }
+        self.join(0..side)?;
         let (na, rows32, bias_stride) = (d.na as u32, r as u32, ((d.hw + 1) * d.ow) as u64);
         let bias = self.heads_w.slice(d.hw * d.ow..);
         let mut l = self.stream.launch_builder(&self.k.head);

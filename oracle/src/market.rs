@@ -71,12 +71,12 @@ impl fmt::Display for EpochMs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum MarketError {
-    #[error("cannot read {path}: {source}: check that it exists and is readable")]
-    Read { path: String, source: std::io::Error },
-    #[error("cannot write {path}: {source}: check that its folder exists and is writable")]
-    Write { path: String, source: std::io::Error },
-    #[error("{path} is not a readable zip archive ({source}): replace it with an intact copy")]
-    Zip { path: String, source: zip::result::ZipError },
+    #[error("cannot read {path}: {err}: check that it exists and is readable")]
+    Read { path: String, err: std::io::Error },
+    #[error("cannot write {path}: {err}: check that its folder exists and is writable")]
+    Write { path: String, err: std::io::Error },
+    #[error("{path} is not a readable zip archive ({err}): replace it with an intact copy")]
+    Zip { path: String, err: zip::result::ZipError },
     #[error("{path} is neither a folder of LEAN zips nor a .csv file: pass one of those")]
     UnknownFormat { path: String },
     #[error("{path} has no bars ({what}): {fix}")]
@@ -287,12 +287,12 @@ fn number(file: &str, line: usize, column: &'static str, field: &str) -> Result<
 }
 
 fn read(path: &Path) -> Result<String, MarketError> {
-    fs::read_to_string(path).map_err(|source| MarketError::Read { path: path.display().to_string(), source })
+    fs::read_to_string(path).map_err(|err| MarketError::Read { path: path.display().to_string(), err })
 }
 
 /// A folder of LEAN zips, or a .csv file.
 pub fn load(path: &Path) -> Result<Bars, MarketError> {
-    let meta = fs::metadata(path).map_err(|source| MarketError::Read { path: path.display().to_string(), source })?;
+    let meta = fs::metadata(path).map_err(|err| MarketError::Read { path: path.display().to_string(), err })?;
     if meta.is_dir() {
         load_lean(path)
     } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
@@ -327,10 +327,10 @@ pub fn load(path: &Path) -> Result<Bars, MarketError> {
 /// - time_ms = days_from_civil(YYYY, MM, DD) * 86_400_000 + ms (naive exchange-local
 ///   time); days are concatenated in date order and time must increase throughout.
 pub fn load_lean(dir: &Path) -> Result<Bars, MarketError> {
-    let entries = fs::read_dir(dir).map_err(|source| MarketError::Read { path: dir.display().to_string(), source })?;
+    let entries = fs::read_dir(dir).map_err(|err| MarketError::Read { path: dir.display().to_string(), err })?;
     let mut days = Vec::new();
     for entry in entries {
-        let path = entry.map_err(|source| MarketError::Read { path: dir.display().to_string(), source })?.path();
+        let path = entry.map_err(|err| MarketError::Read { path: dir.display().to_string(), err })?.path();
         let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix("_trade.zip")) else {
             continue;
         };
@@ -352,8 +352,8 @@ pub fn load_lean(dir: &Path) -> Result<Bars, MarketError> {
 
 /// The CSV entries of a zip as (entry name, text), in archive order.
 fn read_zip(path: &Path) -> Result<Vec<(String, String)>, MarketError> {
-    let zip_err = |source| MarketError::Zip { path: path.display().to_string(), source };
-    let file = fs::File::open(path).map_err(|source| MarketError::Read { path: path.display().to_string(), source })?;
+    let zip_err = |err| MarketError::Zip { path: path.display().to_string(), err };
+    let file = fs::File::open(path).map_err(|err| MarketError::Read { path: path.display().to_string(), err })?;
     let mut zip = zip::ZipArchive::new(file).map_err(zip_err)?;
     let mut out = Vec::new();
     for i in 0..zip.len() {
@@ -364,7 +364,7 @@ fn read_zip(path: &Path) -> Result<Vec<(String, String)>, MarketError> {
         let mut text = String::new();
         entry
             .read_to_string(&mut text)
-            .map_err(|source| MarketError::Read { path: format!("{}/{}", path.display(), entry.name()), source })?;
+            .map_err(|err| MarketError::Read { path: format!("{}/{}", path.display(), entry.name()), err })?;
         out.push((entry.name().to_string(), text));
     }
     Ok(out)
@@ -533,7 +533,7 @@ pub fn write_csv(bars: &Bars, path: &Path) -> Result<(), MarketError> {
     }
     fs::File::create(path)
         .and_then(|mut f| f.write_all(out.as_bytes()))
-        .map_err(|source| MarketError::Write { path: path.display().to_string(), source })
+        .map_err(|err| MarketError::Write { path: path.display().to_string(), err })
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant, "chrono-Compatible
