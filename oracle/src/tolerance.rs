@@ -129,3 +129,15 @@ pub const QNET_TRAJECTORY: Tolerance = Tolerance::rel_norm(
 /// both sides, without contraction, so actions, fills, dones and PnL are all bitwise equal.
 pub const ENV: Tolerance =
     Tolerance::exact("float32 IEEE operations in the kernel's order without FMA, and integers: bitwise equal");
+
+/// The reward pipeline's reductions over envs (the EMAs on done, the dispersion
+/// statistic): double sums of float inputs in another order (block tree on the GPU,
+/// sequential in the oracle) agree to ~1e-16 relative, so the float results, rounded once,
+/// differ by at most one float ulp.
+pub const REWARD_REDUCTION: Tolerance = Tolerance {
+    atol: 0.0,
+    rtol: 1.2e-7, // 2^-23: one float ulp relative
+    exact: false,
+    norm: false,
+    reason: "double sums in another order, rounded once to float: at most 1 float ulp",
+};

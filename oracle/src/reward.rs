@@ -1,0 +1,332 @@
+//! The reward pipeline: the spec of the unfused chain of `reward_*` kernels (one per
+//! stage, in the order of [`STAGES`]) and of the fused kernel that must compute the same.
+//! It runs after `fill_step`, on each env's realized PnL and position, and keeps a small
+//! global state vector of statistics and controllers that adapt the reward.
+//!
+//! **Numerics.** Per-env stages are float32, each operation written out in the kernels'
+//! order without contraction, so they are bitwise reproducible (as the environment's, see
+//! [`crate::env`]). The two reductions over envs (the EMAs on done, the dispersion
+//! statistic) accumulate in double: the kernels sum in a block tree and across blocks in
+//! a fixed order, the oracle sums sequentially; double sums of float inputs agree to
+//! ~1e-16 relative, so each result, rounded once to float, is within one float ulp
+//! ([`crate::tolerance::REWARD_REDUCTION`]).
+
+use crate::config::ConfigError;
+use serde::{Deserialize, Serialize};
+
+/// The stages of the chain, in order: the kernel names of the unfused path.
+pub const STAGES: [&str; 10] = [
+    "reward_pnl_delta",
+    "reward_shaping",
+    "reward_snapshot",
+    "reward_abs",
+    "reward_duration",
+    "reward_ema",
+    "reward_outcome",
+    "reward_scale",
+    "reward_controllers",
+    "reward_dispersion",
+];
+
+/// Constants of the reward pipeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RewardConfig {
+    /// Subtracted from the reward of a step that opens a position from flat.
+    pub entry_cost: f32,
+    /// Initial hold bonus per step with an open position (then adapted by the controller).
+    pub hold_bonus: f32,
+    /// A trade closed after fewer steps than this pays `min_hold_penalty`.
+    pub min_hold: u32,
+    pub min_hold_penalty: f32,
+    /// Rate of the three global EMAs (trade duration, |trade PnL|, outcome), per step with a done.
+    pub ema_rate: f32,
+    /// Rate of each env's recent-outcome EMA, per done of that env.
+    pub outcome_rate: f32,
+    /// Scale controller: drives `scale x ema_abs_pnl` towards this.
+    pub target_abs_reward: f32,
+    pub scale_gain: f32,
+    pub scale_min: f32,
+    pub scale_max: f32,
+    /// Hold controller: raises the hold bonus while trades last shorter than this, lowers it
+    /// while they last longer.
+    pub target_duration: f32,
+    pub hold_gain: f32,
+    pub hold_bonus_max: f32,
+    /// Floor of |mean reward| in the dispersion statistic `var / |mean|`.
+    pub dispersion_floor: f32,
+}
+
+impl Default for RewardConfig {
+    fn default() -> Self {
+        RewardConfig {
+            entry_cost: 0.02,
+            hold_bonus: 0.001,
+            min_hold: 5,
+            min_hold_penalty: 0.1,
+            ema_rate: 0.01,
+            outcome_rate: 0.1,
+            target_abs_reward: 1.0,
+            scale_gain: 0.05,
+            scale_min: 1e-4,
+            scale_max: 1.0,
+            target_duration: 20.0,
+            hold_gain: 0.05,
+            hold_bonus_max: 0.01,
+            dispersion_floor: 1e-6,
+        }
+    }
+}
+
+impl RewardConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let unit = |v: f32| v > 0.0 && v <= 1.0;
+        let checks: [(bool, &'static str, f32, &'static str, &'static str); 11] = [
+            (self.entry_cost >= 0.0, "entry_cost", self.entry_cost, ">= 0", "a cost such as 0.02, or 0 for none"),
+            (self.hold_bonus >= 0.0 && self.hold_bonus <= self.hold_bonus_max, "hold_bonus", self.hold_bonus, "[0, hold_bonus_max]", "start at or below hold_bonus_max"),
+            (self.min_hold_penalty >= 0.0, "min_hold_penalty", self.min_hold_penalty, ">= 0", "a penalty such as 0.1, or 0 for none"),
+            (unit(self.ema_rate), "ema_rate", self.ema_rate, "(0, 1]", "a rate such as 0.01"),
+            (unit(self.outcome_rate), "outcome_rate", self.outcome_rate, "(0, 1]", "a rate such as 0.1"),
+            (self.target_abs_reward > 0.0, "target_abs_reward", self.target_abs_reward, "> 0", "a target such as 1"),
+            ((0.0..1.0).contains(&self.scale_gain), "scale_gain", self.scale_gain, "[0, 1)", "a gain such as 0.05, or 0 for a fixed scale"),
+            (self.scale_min > 0.0 && self.scale_min <= self.scale_max, "scale_min", self.scale_min, "(0, scale_max]", "a positive floor below scale_max"),
+            (self.target_duration > 0.0, "target_duration", self.target_duration, "> 0", "a duration in steps such as 20"),
+            ((0.0..1.0).contains(&self.hold_gain), "hold_gain", self.hold_gain, "[0, 1)", "a gain such as 0.05, or 0 for a fixed bonus"),
+            (self.dispersion_floor > 0.0, "dispersion_floor", self.dispersion_floor, "> 0", "a small floor such as 1e-6"),
+        ];
+        for (ok, name, v, range, fix) in checks {
+            if !ok {
+                return Err(ConfigError::OutOfRange { name, value: f64::from(v), range, fix });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Each env's reward state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RewardEnvs {
+    /// Realized PnL at the last step (the PnL delta's reference).
+    pub prev_realized: Vec<f32>,
+    /// Position at the last step.
+    pub prev_position: Vec<i32>,
+    /// Steps since the env's last closed trade.
+    pub steps_since_done: Vec<u32>,
+    /// Recent-outcome EMA (outcome = sign of the closed trade's PnL).
+    pub outcome_ema: Vec<f32>,
+}
+
+impl RewardEnvs {
+    pub fn new(n: usize) -> Self {
+        RewardEnvs { prev_realized: vec![0.0; n], prev_position: vec![0; n], steps_since_done: vec![0; n], outcome_ema: vec![0.0; n] }
+    }
+
+    pub fn len(&self) -> usize {
+        self.prev_realized.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.prev_realized.is_empty()
+    }
+}
+
+/// The global state vector, in device memory as 8 floats in this order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RewardGlobal {
+    pub ema_duration: f32,
+    pub ema_abs_pnl: f32,
+    pub ema_outcome: f32,
+    /// Current reward scale (scale controller).
+    pub scale: f32,
+    /// Current hold bonus (hold controller).
+    pub hold_bonus: f32,
+    /// `var(reward) / max(|mean(reward)|, floor)` over the envs of the last step.
+    pub dispersion: f32,
+    /// Trades closed at the last step.
+    pub dones: f32,
+    /// Steps with at least one closed trade so far (the EMAs' update count).
+    pub updates: f32,
+}
+
+impl RewardGlobal {
+    /// EMAs at their neutral values (duration = target, |PnL| = target / scale so the scale
+    /// controller starts at rest), scale 1 clamped into its range, the initial hold bonus.
+    pub fn new(cfg: &RewardConfig) -> Self {
+        let scale = 1.0f32.clamp(cfg.scale_min, cfg.scale_max);
+        RewardGlobal {
+            ema_duration: cfg.target_duration,
+            ema_abs_pnl: cfg.target_abs_reward / scale,
+            ema_outcome: 0.0,
+            scale,
+            hold_bonus: cfg.hold_bonus,
+            dispersion: 0.0,
+            dones: 0.0,
+            updates: 0.0,
+        }
+    }
+
+    pub fn to_words(self) -> [f32; 8] {
+        [self.ema_duration, self.ema_abs_pnl, self.ema_outcome, self.scale, self.hold_bonus, self.dispersion, self.dones, self.updates]
+    }
+
+    pub fn of_words(w: &[f32; 8]) -> Self {
+        RewardGlobal {
+            ema_duration: w[0],
+            ema_abs_pnl: w[1],
+            ema_outcome: w[2],
+            scale: w[3],
+            hold_bonus: w[4],
+            dispersion: w[5],
+            dones: w[6],
+            updates: w[7],
+        }
+    }
+}
+
+/// One step's per-env outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RewardOut {
+    /// The realized PnL of the step (stage 1).
+    pub pnl: Vec<f32>,
+    /// 1.0 where a trade closed this step (the position went to 0 or flipped).
+    pub done: Vec<f32>,
+    /// The shaped reward before scaling (stage 3's snapshot).
+    pub raw: Vec<f32>,
+    /// |raw| (stage 4).
+    pub abs: Vec<f32>,
+    /// The closed trade's duration in steps where done, else 0 (stage 5).
+    pub duration: Vec<u32>,
+    /// The final reward: raw x scale (stage 8).
+    pub reward: Vec<f32>,
+}
+
+fn sign(x: f32) -> f32 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else {
+        0.0
+    }
+}
+
+/// One step of the chain for N envs with realized PnL `realized` and positions `position`
+/// after the fill. Each stage, in [`STAGES`] order:
+/// 1. `reward_pnl_delta`: `pnl = realized - prev_realized`; done where `prev_position != 0`
+///    and the position is 0 or of the other sign (a trade closed); reward = pnl;
+///    `prev_realized = realized`.
+/// 2. `reward_shaping`: `- entry_cost` where a position opens from flat, `+ hold_bonus`
+///    (the global's) where a position is held, `- min_hold_penalty` where a trade closed
+///    after fewer than `min_hold` steps (`steps_since_done + 1 < min_hold`);
+///    `prev_position = position`.
+/// 3. `reward_snapshot`: raw = reward. 4. `reward_abs`: abs = |raw|.
+/// 5. `reward_duration`: where done, duration = steps_since_done + 1 and the count
+///    restarts at 0, else it counts up and duration = 0.
+/// 6. `reward_ema`: over the envs with a done (if any), the means of duration, |pnl| and
+///    sign(pnl), each summed in double; each global EMA `e += ema_rate (mean - e)` in
+///    double, rounded once; `dones` = their count, `updates` += 1.
+/// 7. `reward_outcome`: where done, `o += outcome_rate (sign(pnl) - o)`.
+/// 8. `reward_scale`: reward = raw x scale.
+/// 9. `reward_controllers`: `scale = clamp(scale (1 + scale_gain (target_abs_reward /
+///    (scale ema_abs_pnl) - 1)), scale_min, scale_max)` (a multiplicative step towards the
+///    scale at which the mean |trade PnL| maps to the target), and `hold_bonus =
+///    clamp(hold_bonus + hold_gain hold_bonus_max (target_duration - ema_duration) /
+///    target_duration, 0, hold_bonus_max)`; both only at a step with a done.
+/// 10. `reward_dispersion`: over all N final rewards, in one pass of double sums
+///     `m = sum r / N`, `v = max(sum r^2 / N - m^2, 0)` (the form one fused reduction
+///     computes): `dispersion = v / max(|m|, dispersion_floor)`.
+pub fn reward_chain(
+    cfg: &RewardConfig,
+    realized: &[f32],
+    position: &[i32],
+    envs: &mut RewardEnvs,
+    global: &mut RewardGlobal,
+) -> RewardOut {
+    let n = envs.len();
+    let mut out = RewardOut {
+        pnl: vec![0.0; n],
+        done: vec![0.0; n],
+        raw: vec![0.0; n],
+        abs: vec![0.0; n],
+        duration: vec![0; n],
+        reward: vec![0.0; n],
+    };
+    let mut reward = vec![0.0f32; n];
+    // 1. reward_pnl_delta
+    for i in 0..n {
+        out.pnl[i] = realized[i] - envs.prev_realized[i];
+        let (before, now) = (envs.prev_position[i], position[i]);
+        let closed = before != 0 && (now == 0 || (now > 0) != (before > 0));
+        out.done[i] = if closed { 1.0 } else { 0.0 };
+        reward[i] = out.pnl[i];
+        envs.prev_realized[i] = realized[i];
+    }
+    // 2. reward_shaping
+    for i in 0..n {
+        let (before, now) = (envs.prev_position[i], position[i]);
+        if before == 0 && now != 0 {
+            reward[i] -= cfg.entry_cost;
+        }
+        if now != 0 {
+            reward[i] += global.hold_bonus;
+        }
+        if out.done[i] == 1.0 && envs.steps_since_done[i] + 1 < cfg.min_hold {
+            reward[i] -= cfg.min_hold_penalty;
+        }
+        envs.prev_position[i] = now;
+    }
+    // 3. reward_snapshot, 4. reward_abs
+    out.raw.copy_from_slice(&reward);
+    for i in 0..n {
+        out.abs[i] = out.raw[i].abs();
+    }
+    // 5. reward_duration
+    for i in 0..n {
+        if out.done[i] == 1.0 {
+            out.duration[i] = envs.steps_since_done[i] + 1;
+            envs.steps_since_done[i] = 0;
+        } else {
+            envs.steps_since_done[i] += 1;
+        }
+    }
+    // 6. reward_ema
+    let (mut count, mut dur, mut abs_pnl, mut outcome) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    for i in (0..n).filter(|&i| out.done[i] == 1.0) {
+        count += 1.0;
+        dur += f64::from(out.duration[i]);
+        abs_pnl += f64::from(out.pnl[i].abs());
+        outcome += f64::from(sign(out.pnl[i]));
+    }
+    global.dones = count as f32;
+    if count > 0.0 {
+        let rate = f64::from(cfg.ema_rate);
+        let step = |e: f32, mean: f64| (f64::from(e) + rate * (mean - f64::from(e))) as f32;
+        global.ema_duration = step(global.ema_duration, dur / count);
+        global.ema_abs_pnl = step(global.ema_abs_pnl, abs_pnl / count);
+        global.ema_outcome = step(global.ema_outcome, outcome / count);
+        global.updates += 1.0;
+    }
+    // 7. reward_outcome
+    for i in (0..n).filter(|&i| out.done[i] == 1.0) {
+        let o = envs.outcome_ema[i];
+        envs.outcome_ema[i] = o + cfg.outcome_rate * (sign(out.pnl[i]) - o);
+    }
+    // 8. reward_scale
+    for i in 0..n {
+        out.reward[i] = out.raw[i] * global.scale;
+    }
+    // 9. reward_controllers
+    if count > 0.0 {
+        let mapped = (global.scale * global.ema_abs_pnl).max(f32::MIN_POSITIVE);
+        let scale = global.scale * (1.0 + cfg.scale_gain * (cfg.target_abs_reward / mapped - 1.0));
+        global.scale = scale.clamp(cfg.scale_min, cfg.scale_max);
+        let hold = global.hold_bonus
+            + cfg.hold_gain * cfg.hold_bonus_max * ((cfg.target_duration - global.ema_duration) / cfg.target_duration);
+        global.hold_bonus = hold.clamp(0.0, cfg.hold_bonus_max);
+    }
+    // 10. reward_dispersion
+    let count = n.max(1) as f64;
+    let mean = out.reward.iter().map(|&r| f64::from(r)).sum::<f64>() / count;
+    let var = (out.reward.iter().map(|&r| f64::from(r) * f64::from(r)).sum::<f64>() / count - mean * mean).max(0.0);
+    global.dispersion = (var / mean.abs().max(f64::from(cfg.dispersion_floor))) as f32;
+    out
+}
