@@ -12,6 +12,7 @@ pub mod parity;
 pub mod philox;
 pub mod qnet;
 pub mod replay;
+pub mod reward;
 pub mod runtime;
 pub mod verify;
 

@@ -141,3 +141,22 @@ pub const REWARD_REDUCTION: Tolerance = Tolerance {
     norm: false,
     reason: "double sums in another order, rounded once to float: at most 1 float ulp",
 };
+
+/// The dispersion statistic `max(E r^2 - m^2, 0) / max(|m|, floor)` of the reward pipeline:
+/// its one-pass double sums err by at most `(N - 1) u sum r^2` each (Higham 4.2, u =
+/// 2^-53) in either summation order, and the difference `E r^2 - m^2` cancels, so the two
+/// sides may differ by twice that over N, divided by the denominator; plus one float ulp
+/// of the result.
+pub fn reward_dispersion(rewards: &[f32], floor: f32) -> Tolerance {
+    let n = rewards.len().max(1) as f64;
+    let sq: f64 = rewards.iter().map(|&r| f64::from(r) * f64::from(r)).sum();
+    let m = rewards.iter().map(|&r| f64::from(r)).sum::<f64>() / n;
+    let u = f64::EPSILON / 2.0;
+    Tolerance {
+        atol: 4.0 * (n - 1.0).max(1.0) * u * (sq / n) / m.abs().max(f64::from(floor)),
+        rtol: 1.2e-7,
+        exact: false,
+        norm: false,
+        reason: "one-pass double variance in another order: 2 (N - 1) u E r^2 / |m| absolute, 1 float ulp relative",
+    }
+}

@@ -1,0 +1,208 @@
+// reward_chain: the unfused reward pipeline, one kernel per stage of oracle
+// reward::reward_chain, launched in reward::STAGES order (the two reductions, stage 6
+// `reward_ema` and stage 10 `reward_dispersion`, are a partial kernel and a finalize
+// kernel each). Per-env stages: grid-stride over N, any grid, float32 with _rn intrinsics
+// in the oracle's order. Reductions: REWARD_BLOCKS blocks of REWARD_THREADS threads sum
+// their envs in double (each thread in index order, then a fixed tree), the finalize
+// kernel (ONE block of REWARD_THREADS) sums the block partials in a fixed tree: the same
+// bits at every launch. The global state is 8 floats (oracle RewardGlobal::to_words).
+// Oracle: reward::reward_chain.
+
+#define REWARD_THREADS 256
+#define G_EMA_DURATION 0
+#define G_EMA_ABS_PNL 1
+#define G_EMA_OUTCOME 2
+#define G_SCALE 3
+#define G_HOLD_BONUS 4
+#define G_DISPERSION 5
+#define G_DONES 6
+#define G_UPDATES 7
+
+// The pipeline's constants (oracle RewardConfig), a kernel argument built by the host.
+struct RewardParams {
+    float entry_cost, min_hold_penalty, ema_rate, outcome_rate, target_abs_reward, scale_gain, scale_min,
+        scale_max, target_duration, hold_gain, hold_bonus_max, dispersion_floor;
+    unsigned int min_hold, envs;
+};
+
+#define FOR_EACH_ENV(i, n)                                                                         \
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (n); \
+         i += (unsigned long long)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float sign_f(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
+
+// Fixed-tree sum of one double per thread over a block of REWARD_THREADS; thread 0 gets it.
+__device__ __forceinline__ double tree_sum(double v, double* s) {
+    __syncthreads();
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned int stride = REWARD_THREADS / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
+        __syncthreads();
+    }
+    return s[0];
+}
+
+extern "C" __global__ void reward_pnl_delta(const float* __restrict__ realized, const int* __restrict__ position,
+                                            const RewardParams p, float* __restrict__ prev_realized,
+                                            const int* __restrict__ prev_position, float* __restrict__ pnl,
+                                            float* __restrict__ done, float* __restrict__ reward) {
+    FOR_EACH_ENV(i, p.envs) {
+        const float d = __fsub_rn(realized[i], prev_realized[i]);
+        const int before = prev_position[i], now = position[i];
+        const bool closed = before != 0 && (now == 0 || (now > 0) != (before > 0));
+        pnl[i] = d;
+        done[i] = closed ? 1.0f : 0.0f;
+        reward[i] = d;
+        prev_realized[i] = realized[i];
+    }
+}
+
+extern "C" __global__ void reward_shaping(const int* __restrict__ position, const RewardParams p,
+                                          const float* __restrict__ global, int* __restrict__ prev_position,
+                                          const unsigned int* __restrict__ steps_since_done,
+                                          const float* __restrict__ done, float* __restrict__ reward) {
+    const float hold_bonus = global[G_HOLD_BONUS];
+    FOR_EACH_ENV(i, p.envs) {
+        const int before = prev_position[i], now = position[i];
+        float r = reward[i];
+        if (before == 0 && now != 0) r = __fsub_rn(r, p.entry_cost);
+        if (now != 0) r = __fadd_rn(r, hold_bonus);
+        if (done[i] == 1.0f && steps_since_done[i] + 1u < p.min_hold) r = __fsub_rn(r, p.min_hold_penalty);
+        reward[i] = r;
+        prev_position[i] = now;
+    }
+}
+
+extern "C" __global__ void reward_snapshot(const float* __restrict__ reward, const RewardParams p,
+                                           float* __restrict__ raw) {
+    FOR_EACH_ENV(i, p.envs) raw[i] = reward[i];
+}
+
+extern "C" __global__ void reward_abs(const float* __restrict__ raw, const RewardParams p, float* __restrict__ abs_out) {
+    FOR_EACH_ENV(i, p.envs) abs_out[i] = fabsf(raw[i]);
+}
+
+extern "C" __global__ void reward_duration(const float* __restrict__ done, const RewardParams p,
+                                           unsigned int* __restrict__ steps_since_done,
+                                           unsigned int* __restrict__ duration) {
+    FOR_EACH_ENV(i, p.envs) {
+        const unsigned int s = steps_since_done[i];
+        if (done[i] == 1.0f) {
+            duration[i] = s + 1u;
+            steps_since_done[i] = 0u;
+        } else {
+            duration[i] = 0u;
+            steps_since_done[i] = s + 1u;
+        }
+    }
+}
+
+// Stage 6, part 1: per block, the count, sum of durations, of |pnl| and of sign(pnl) over
+// the envs with a done: partial[4 block + 0..3].
+extern "C" __global__ void reward_ema_partial(const float* __restrict__ done, const unsigned int* __restrict__ duration,
+                                              const float* __restrict__ pnl, const RewardParams p,
+                                              double* __restrict__ partial) {
+    __shared__ double s[REWARD_THREADS];
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    FOR_EACH_ENV(i, p.envs) {
+        if (done[i] == 1.0f) {
+            acc[0] += 1.0;
+            acc[1] += (double)duration[i];
+            acc[2] += (double)fabsf(pnl[i]);
+            acc[3] += (double)sign_f(pnl[i]);
+        }
+    }
+    for (int j = 0; j < 4; ++j) {
+        const double t = tree_sum(acc[j], s);
+        if (threadIdx.x == 0) partial[4 * blockIdx.x + j] = t;
+    }
+}
+
+// Stage 6, part 2 (ONE block): the sums over blocks, then the three EMAs where any env was done.
+extern "C" __global__ void reward_ema_finalize(const double* __restrict__ partial, unsigned int blocks,
+                                               const RewardParams p, float* __restrict__ global) {
+    __shared__ double s[REWARD_THREADS];
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    for (unsigned int b = threadIdx.x; b < blocks; b += REWARD_THREADS)
+        for (int j = 0; j < 4; ++j) acc[j] += partial[4 * b + j];
+    double tot[4];
+    for (int j = 0; j < 4; ++j) tot[j] = tree_sum(acc[j], s);
+    if (threadIdx.x == 0) {
+        const double count = tot[0], rate = (double)p.ema_rate;
+        global[G_DONES] = (float)count;
+        if (count > 0.0) {
+            const int idx[3] = {G_EMA_DURATION, G_EMA_ABS_PNL, G_EMA_OUTCOME};
+            for (int j = 0; j < 3; ++j) {
+                const double e = (double)global[idx[j]];
+                global[idx[j]] = (float)(e + rate * (tot[j + 1] / count - e));
+            }
+            global[G_UPDATES] = __fadd_rn(global[G_UPDATES], 1.0f);
+        }
+    }
+}
+
+extern "C" __global__ void reward_outcome(const float* __restrict__ done, const float* __restrict__ pnl,
+                                          const RewardParams p, float* __restrict__ outcome_ema) {
+    FOR_EACH_ENV(i, p.envs) {
+        if (done[i] == 1.0f) {
+            const float o = outcome_ema[i];
+            outcome_ema[i] = __fadd_rn(o, __fmul_rn(p.outcome_rate, __fsub_rn(sign_f(pnl[i]), o)));
+        }
+    }
+}
+
+extern "C" __global__ void reward_scale(const float* __restrict__ raw, const RewardParams p,
+                                        const float* __restrict__ global, float* __restrict__ reward) {
+    const float scale = global[G_SCALE];
+    FOR_EACH_ENV(i, p.envs) reward[i] = __fmul_rn(raw[i], scale);
+}
+
+__device__ __forceinline__ float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+// Stage 9 (ONE thread): the scale and hold controllers, at a step with a done.
+extern "C" __global__ void reward_controllers(const RewardParams p, float* __restrict__ global) {
+    if (blockIdx.x != 0 || threadIdx.x != 0 || !(global[G_DONES] > 0.0f)) return;
+    const float scale = global[G_SCALE];
+    float mapped = __fmul_rn(scale, global[G_EMA_ABS_PNL]);
+    mapped = mapped > 1.17549435e-38f ? mapped : 1.17549435e-38f;  // max(f32::MIN_POSITIVE), NaN too (Rust max)
+    const float step = __fmul_rn(p.scale_gain, __fsub_rn(__fdiv_rn(p.target_abs_reward, mapped), 1.0f));
+    global[G_SCALE] = clampf(__fmul_rn(scale, __fadd_rn(1.0f, step)), p.scale_min, p.scale_max);
+    const float gap = __fdiv_rn(__fsub_rn(p.target_duration, global[G_EMA_DURATION]), p.target_duration);
+    const float hold = __fadd_rn(global[G_HOLD_BONUS], __fmul_rn(__fmul_rn(p.hold_gain, p.hold_bonus_max), gap));
+    global[G_HOLD_BONUS] = clampf(hold, 0.0f, p.hold_bonus_max);
+}
+
+// Stage 10, part 1: per block, sum r and sum r^2 of the final rewards: partial[2 block + 0..1].
+extern "C" __global__ void reward_dispersion_partial(const float* __restrict__ reward, const RewardParams p,
+                                                     double* __restrict__ partial) {
+    __shared__ double s[REWARD_THREADS];
+    double sum = 0.0, sq = 0.0;
+    FOR_EACH_ENV(i, p.envs) {
+        const double r = (double)reward[i];
+        sum += r;
+        sq += r * r;
+    }
+    sum = tree_sum(sum, s);
+    if (threadIdx.x == 0) partial[2 * blockIdx.x] = sum;
+    sq = tree_sum(sq, s);
+    if (threadIdx.x == 0) partial[2 * blockIdx.x + 1] = sq;
+}
+
+// Stage 10, part 2 (ONE block): dispersion = max(E r^2 - m^2, 0) / max(|m|, floor).
+extern "C" __global__ void reward_dispersion_finalize(const double* __restrict__ partial, unsigned int blocks,
+                                                      const RewardParams p, float* __restrict__ global) {
+    __shared__ double s[REWARD_THREADS];
+    double sum = 0.0, sq = 0.0;
+    for (unsigned int b = threadIdx.x; b < blocks; b += REWARD_THREADS) {
+        sum += partial[2 * b];
+        sq += partial[2 * b + 1];
+    }
+    sum = tree_sum(sum, s);
+    sq = tree_sum(sq, s);
+    if (threadIdx.x == 0) {
+        const double n = p.envs > 0 ? (double)p.envs : 1.0;
+        const double m = sum / n, v = fmax(sq / n - m * m, 0.0);
+        global[G_DISPERSION] = (float)(v / fmax(fabs(m), (double)p.dispersion_floor));
+    }
+}

@@ -1,0 +1,226 @@
+//! The reward pipeline on the device: the unfused chain of cuda/reward_chain.cu, one
+//! launch per stage in `tallyho_oracle::reward::STAGES` order (spec: reward::reward_chain).
+//! Every buffer is allocated in `RewardChain::new`; the constants are one kernel argument
+//! and every per-step value (the global state, the per-env state) lives in device memory.
+
+use crate::error::{Error, Result};
+use crate::runtime::{grid_stride, Gpu};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+use tallyho_oracle::reward::{RewardConfig, RewardEnvs, RewardGlobal, RewardOut};
+
+/// Threads per block of the reductions (REWARD_THREADS in the kernel file).
+const THREADS: u32 = 256;
+/// Most blocks a reduction's partial kernel uses (each thread then loops).
+const MAX_BLOCKS: usize = 1024;
+
+/// `struct RewardParams` of cuda/reward_chain.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct RewardParams {
+    entry_cost: f32,
+    min_hold_penalty: f32,
+    ema_rate: f32,
+    outcome_rate: f32,
+    target_abs_reward: f32,
+    scale_gain: f32,
+    scale_min: f32,
+    scale_max: f32,
+    target_duration: f32,
+    hold_gain: f32,
+    hold_bonus_max: f32,
+    dispersion_floor: f32,
+    min_hold: u32,
+    envs: u32,
+}
+
+// SAFETY: plain old data of 4-byte fields, laid out as the kernels' struct (repr(C)).
+unsafe impl cudarc::driver::DeviceRepr for RewardParams {}
+
+struct Kernels {
+    pnl_delta: CudaFunction,
+    shaping: CudaFunction,
+    snapshot: CudaFunction,
+    abs: CudaFunction,
+    duration: CudaFunction,
+    ema_partial: CudaFunction,
+    ema_finalize: CudaFunction,
+    outcome: CudaFunction,
+    scale: CudaFunction,
+    controllers: CudaFunction,
+    dispersion_partial: CudaFunction,
+    dispersion_finalize: CudaFunction,
+}
+
+/// The unfused reward chain for N envs, its state and its last step's outputs.
+pub struct RewardChain {
+    envs: usize,
+    stream: Arc<CudaStream>,
+    k: Kernels,
+    p: RewardParams,
+    blocks: u32,
+    prev_realized: CudaSlice<f32>,
+    prev_position: CudaSlice<i32>,
+    steps_since_done: CudaSlice<u32>,
+    outcome_ema: CudaSlice<f32>,
+    /// The 8 floats of `RewardGlobal`.
+    pub global: CudaSlice<f32>,
+    partial: CudaSlice<f64>,
+    pub pnl: CudaSlice<f32>,
+    pub done: CudaSlice<f32>,
+    work: CudaSlice<f32>,
+    pub raw: CudaSlice<f32>,
+    pub abs: CudaSlice<f32>,
+    pub duration: CudaSlice<u32>,
+    pub reward: CudaSlice<f32>,
+}
+
+impl RewardChain {
+    pub fn new(gpu: &Gpu, cfg: &RewardConfig, envs: usize) -> Result<Self> {
+        cfg.validate()?;
+        if envs == 0 || envs > 1 << 24 {
+            return Err(Error::Usage(format!("{envs} envs for the reward chain: use 1 to 2^24")));
+        }
+        let f = |e: &str| gpu.function("reward_chain", e);
+        let k = Kernels {
+            pnl_delta: f("reward_pnl_delta")?,
+            shaping: f("reward_shaping")?,
+            snapshot: f("reward_snapshot")?,
+            abs: f("reward_abs")?,
+            duration: f("reward_duration")?,
+            ema_partial: f("reward_ema_partial")?,
+            ema_finalize: f("reward_ema_finalize")?,
+            outcome: f("reward_outcome")?,
+            scale: f("reward_scale")?,
+            controllers: f("reward_controllers")?,
+            dispersion_partial: f("reward_dispersion_partial")?,
+            dispersion_finalize: f("reward_dispersion_finalize")?,
+        };
+        let p = RewardParams {
+            entry_cost: cfg.entry_cost,
+            min_hold_penalty: cfg.min_hold_penalty,
+            ema_rate: cfg.ema_rate,
+            outcome_rate: cfg.outcome_rate,
+            target_abs_reward: cfg.target_abs_reward,
+            scale_gain: cfg.scale_gain,
+            scale_min: cfg.scale_min,
+            scale_max: cfg.scale_max,
+            target_duration: cfg.target_duration,
+            hold_gain: cfg.hold_gain,
+            hold_bonus_max: cfg.hold_bonus_max,
+            dispersion_floor: cfg.dispersion_floor,
+            min_hold: cfg.min_hold,
+            envs: envs as u32,
+        };
+        let blocks = envs.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS);
+        let s = &gpu.stream;
+        Ok(RewardChain {
+            envs,
+            stream: s.clone(),
+            k,
+            p,
+            blocks: blocks as u32,
+            prev_realized: s.alloc_zeros(envs)?,
+            prev_position: s.alloc_zeros(envs)?,
+            steps_since_done: s.alloc_zeros(envs)?,
+            outcome_ema: s.alloc_zeros(envs)?,
+            global: s.clone_htod(&RewardGlobal::new(cfg).to_words())?,
+            partial: s.alloc_zeros(4 * blocks)?,
+            pnl: s.alloc_zeros(envs)?,
+            done: s.alloc_zeros(envs)?,
+            work: s.alloc_zeros(envs)?,
+            raw: s.alloc_zeros(envs)?,
+            abs: s.alloc_zeros(envs)?,
+            duration: s.alloc_zeros(envs)?,
+            reward: s.alloc_zeros(envs)?,
+        })
+    }
+
+    pub fn upload_state(&mut self, envs: &RewardEnvs, global: &RewardGlobal) -> Result<()> {
+        if envs.len() != self.envs {
+            return Err(Error::Usage(format!("reward state of {} envs for a chain of {}", envs.len(), self.envs)));
+        }
+        let s = &self.stream;
+        s.memcpy_htod(&envs.prev_realized, &mut self.prev_realized)?;
+        s.memcpy_htod(&envs.prev_position, &mut self.prev_position)?;
+        s.memcpy_htod(&envs.steps_since_done, &mut self.steps_since_done)?;
+        s.memcpy_htod(&envs.outcome_ema, &mut self.outcome_ema)?;
+        s.memcpy_htod(&global.to_words(), &mut self.global)?;
+        Ok(())
+    }
+
+    pub fn download_state(&self) -> Result<(RewardEnvs, RewardGlobal)> {
+        let s = &self.stream;
+        let w = s.clone_dtoh(&self.global)?;
+        let words: [f32; 8] = w.as_slice().try_into().map_err(|_| Error::Usage("reward global is not 8 floats".into()))?;
+        Ok((
+            RewardEnvs {
+                prev_realized: s.clone_dtoh(&self.prev_realized)?,
+                prev_position: s.clone_dtoh(&self.prev_position)?,
+                steps_since_done: s.clone_dtoh(&self.steps_since_done)?,
+                outcome_ema: s.clone_dtoh(&self.outcome_ema)?,
+            },
+            RewardGlobal::of_words(&words),
+        ))
+    }
+
+    pub fn read_out(&self) -> Result<RewardOut> {
+        let s = &self.stream;
+        Ok(RewardOut {
+            pnl: s.clone_dtoh(&self.pnl)?,
+            done: s.clone_dtoh(&self.done)?,
+            raw: s.clone_dtoh(&self.raw)?,
+            abs: s.clone_dtoh(&self.abs)?,
+            duration: s.clone_dtoh(&self.duration)?,
+            reward: s.clone_dtoh(&self.reward)?,
+        })
+    }
+
+    /// One step of the chain on `realized` and `position` (N each): twelve launches.
+    pub fn run(&mut self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        if realized.len() != self.envs || position.len() != self.envs {
+            return Err(Error::Usage(format!(
+                "reward chain inputs of {} realized and {} positions for {} envs",
+                realized.len(),
+                position.len(),
+                self.envs
+            )));
+        }
+        let (s, p, n) = (&self.stream, &self.p, self.envs);
+        let each = grid_stride(n);
+        let reduce = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        let one_block = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        let one_thread = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        let blocks = self.blocks;
+        // SAFETY (every launch below): the signatures of cuda/reward_chain.cu, in their
+        // argument order; every per-env buffer holds N = p.envs elements (new), `global` 8
+        // floats, `partial` 4 x blocks doubles; the partial kernels run on `blocks` blocks
+        // of THREADS threads and the finalize kernels on one block of THREADS.
+        unsafe {
+            let mut l = s.launch_builder(&self.k.pnl_delta);
+            l.arg(realized).arg(position).arg(p).arg(&mut self.prev_realized).arg(&self.prev_position);
+            l.arg(&mut self.pnl).arg(&mut self.done).arg(&mut self.work).launch(each)?;
+            let mut l = s.launch_builder(&self.k.shaping);
+            l.arg(position).arg(p).arg(&self.global).arg(&mut self.prev_position).arg(&self.steps_since_done);
+            l.arg(&self.done).arg(&mut self.work).launch(each)?;
+            s.launch_builder(&self.k.snapshot).arg(&self.work).arg(p).arg(&mut self.raw).launch(each)?;
+            s.launch_builder(&self.k.abs).arg(&self.raw).arg(p).arg(&mut self.abs).launch(each)?;
+            let mut l = s.launch_builder(&self.k.duration);
+            l.arg(&self.done).arg(p).arg(&mut self.steps_since_done).arg(&mut self.duration).launch(each)?;
+            let mut l = s.launch_builder(&self.k.ema_partial);
+            l.arg(&self.done).arg(&self.duration).arg(&self.pnl).arg(p).arg(&mut self.partial).launch(reduce)?;
+            let mut l = s.launch_builder(&self.k.ema_finalize);
+            l.arg(&self.partial).arg(&blocks).arg(p).arg(&mut self.global).launch(one_block)?;
+            let mut l = s.launch_builder(&self.k.outcome);
+            l.arg(&self.done).arg(&self.pnl).arg(p).arg(&mut self.outcome_ema).launch(each)?;
+            let mut l = s.launch_builder(&self.k.scale);
+            l.arg(&self.raw).arg(p).arg(&self.global).arg(&mut self.reward).launch(each)?;
+            s.launch_builder(&self.k.controllers).arg(p).arg(&mut self.global).launch(one_thread)?;
+            let mut l = s.launch_builder(&self.k.dispersion_partial);
+            l.arg(&self.reward).arg(p).arg(&mut self.partial).launch(reduce)?;
+            let mut l = s.launch_builder(&self.k.dispersion_finalize);
+            l.arg(&self.partial).arg(&blocks).arg(p).arg(&mut self.global).launch(one_block)?;
+        }
+        Ok(())
+    }
+}
