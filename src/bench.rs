@@ -223,6 +223,36 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     Ok(rows)
 }
 
+/// Env counts of the reward benchmark (full run; a quick run takes the first two).
+const REWARD_COUNTS: [usize; 4] = [16, 256, 1024, 4096];
+
+/// `tallyho bench reward`: one step of the reward pipeline for N envs, the unfused chain
+/// (`reward chain`, twelve launches) and the fused kernel (`reward fused`, one launch),
+/// eager and graph-replayed, on random realized PnL and positions (about 30% of the envs
+/// trading). The `batch` column holds N.
+pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
+    use crate::reward::RewardChain;
+    use tallyho_oracle::reward::RewardConfig;
+    if opts.reps == 0 {
+        return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
+    }
+    let (counts, reps): (&[usize], usize) =
+        if opts.quick { (&REWARD_COUNTS[..2], opts.reps.min(QUICK_REPS)) } else { (&REWARD_COUNTS, opts.reps) };
+    let timing = Timing { reps, warmup: opts.warmup.max(1) };
+    let mut rows = Vec::new();
+    for &n in counts {
+        let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ n as u64);
+        let realized: Vec<f32> = (0..n).map(|_| rng.gen_range(-100.0..100.0)).collect();
+        let position: Vec<i32> = (0..n).map(|_| if rng.gen_bool(0.3) { rng.gen_range(-3..=3) } else { 0 }).collect();
+        let (dr, dp) = (gpu.stream.clone_htod(&realized)?, gpu.stream.clone_htod(&position)?);
+        let mut chain = RewardChain::new(gpu, &RewardConfig::default(), n)?;
+        rows.extend(timing.both_modes(gpu, &mut chain, "reward chain", 0, n, |c| c.run(&dr, &dp))?);
+        rows.extend(timing.both_modes(gpu, &mut chain, "reward fused", 0, n, |c| c.run_fused(&dr, &dp))?);
+        gpu.synchronize()?;
+    }
+    Ok(rows)
+}
+
 struct Timing {
     reps: usize,
     warmup: usize,

@@ -87,6 +87,19 @@ enum BenchWhat {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Reward pipeline: the unfused chain and the fused kernel at N = 16, 256, 1024, 4096.
+    Reward {
+        #[arg(long, default_value_t = 200)]
+        reps: usize,
+        #[arg(long, default_value_t = 20)]
+        warmup: usize,
+        /// N = 16 and 256 only, few repetitions: a smoke run.
+        #[arg(long)]
+        quick: bool,
+        /// Write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Q-network: one full update at B = 256 and 1024 and its parts, eager and graph-replayed.
     Qnet {
         #[arg(long, default_value_t = 200)]
@@ -196,6 +209,15 @@ fn run(cli: Cli) -> Result<()> {
             let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
             eprintln!("bench env on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
             let rows = tallyho::bench::bench_env(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
+            if let Some(p) = json {
+                write(&p, &serde_json::to_string_pretty(&rows)?)?;
+            }
+            print!("{}", tallyho::bench::format_table(&rows));
+        }
+        Command::Bench { what: BenchWhat::Reward { reps, warmup, quick, json } } => {
+            let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
+            eprintln!("bench reward on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
+            let rows = tallyho::bench::bench_reward(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
             if let Some(p) = json {
                 write(&p, &serde_json::to_string_pretty(&rows)?)?;
             }

@@ -50,6 +50,7 @@ struct Kernels {
     controllers: CudaFunction,
     dispersion_partial: CudaFunction,
     dispersion_finalize: CudaFunction,
+    fused: CudaFunction,
 }
 
 /// The unfused reward chain for N envs, its state and its last step's outputs.
@@ -66,6 +67,9 @@ pub struct RewardChain {
     /// The 8 floats of `RewardGlobal`.
     pub global: CudaSlice<f32>,
     partial: CudaSlice<f64>,
+    /// The fused kernel's six block partials and its last-block ticket (0 between launches).
+    fused_partial: CudaSlice<f64>,
+    ticket: CudaSlice<u32>,
     pub pnl: CudaSlice<f32>,
     pub done: CudaSlice<f32>,
     work: CudaSlice<f32>,
@@ -95,6 +99,7 @@ impl RewardChain {
             controllers: f("reward_controllers")?,
             dispersion_partial: f("reward_dispersion_partial")?,
             dispersion_finalize: f("reward_dispersion_finalize")?,
+            fused: gpu.function("reward_fused", "reward_fused")?,
         };
         let p = RewardParams {
             entry_cost: cfg.entry_cost,
@@ -126,6 +131,8 @@ impl RewardChain {
             outcome_ema: s.alloc_zeros(envs)?,
             global: s.clone_htod(&RewardGlobal::new(cfg).to_words())?,
             partial: s.alloc_zeros(4 * blocks)?,
+            fused_partial: s.alloc_zeros(6 * blocks)?,
+            ticket: s.alloc_zeros(1)?,
             pnl: s.alloc_zeros(envs)?,
             done: s.alloc_zeros(envs)?,
             work: s.alloc_zeros(envs)?,
@@ -176,8 +183,7 @@ impl RewardChain {
         })
     }
 
-    /// One step of the chain on `realized` and `position` (N each): twelve launches.
-    pub fn run(&mut self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+    fn check_inputs(&self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         if realized.len() != self.envs || position.len() != self.envs {
             return Err(Error::Usage(format!(
                 "reward chain inputs of {} realized and {} positions for {} envs",
@@ -186,6 +192,47 @@ impl RewardChain {
                 self.envs
             )));
         }
+        Ok(())
+    }
+
+    /// The chain's working reward buffer (the fused path never touches it: a test poisons
+    /// it to prove which path ran).
+    pub fn work(&mut self) -> &mut CudaSlice<f32> {
+        &mut self.work
+    }
+
+    /// One step of the fused path: the same state, outputs and results as [`RewardChain::run`]
+    /// from ONE launch of `reward_fused`.
+    pub fn run_fused(&mut self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        self.check_inputs(realized, position)?;
+        let cfg = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        let mut l = self.stream.launch_builder(&self.k.fused);
+        l.arg(realized)
+            .arg(position)
+            .arg(&self.p)
+            .arg(&mut self.prev_realized)
+            .arg(&mut self.prev_position)
+            .arg(&mut self.steps_since_done)
+            .arg(&mut self.outcome_ema)
+            .arg(&mut self.global)
+            .arg(&mut self.fused_partial)
+            .arg(&mut self.ticket)
+            .arg(&mut self.pnl)
+            .arg(&mut self.done)
+            .arg(&mut self.raw)
+            .arg(&mut self.abs)
+            .arg(&mut self.duration)
+            .arg(&mut self.reward);
+        // SAFETY: reward_fused's signature in order; per-env buffers of N, global 8 floats,
+        // fused_partial 6 x blocks doubles, the ticket one word left 0 by the last block;
+        // `blocks` blocks of THREADS threads, as the kernel requires.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// One step of the chain on `realized` and `position` (N each): twelve launches.
+    pub fn run(&mut self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        self.check_inputs(realized, position)?;
         let (s, p, n) = (&self.stream, &self.p, self.envs);
         let each = grid_stride(n);
         let reduce = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };

@@ -22,7 +22,7 @@ mod gpu {
         Mixed,
     }
 
-    fn check(n: usize, mix: Mix, steps: usize, seed: u64) -> Vec<Comparison> {
+    fn check(n: usize, mix: Mix, steps: usize, seed: u64, fused: bool) -> Vec<Comparison> {
         let gpu = gpu();
         let cfg = RewardConfig { ema_rate: 0.2, scale_gain: 0.2, hold_gain: 0.2, ..RewardConfig::default() };
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -52,7 +52,15 @@ mod gpu {
             }
             let dr = gpu.stream.clone_htod(&realized).unwrap();
             let dp = gpu.stream.clone_htod(&position).unwrap();
-            chain.run(&dr, &dp).unwrap();
+            if fused {
+                let poison = vec![f32::NAN; n];
+                gpu.stream.memcpy_htod(&poison, chain.work()).unwrap();
+                chain.run_fused(&dr, &dp).unwrap();
+                // The chain's working buffer is untouched: the fused kernel alone ran.
+                assert!(gpu.stream.clone_dtoh(chain.work()).unwrap().iter().all(|x| x.is_nan()));
+            } else {
+                chain.run(&dr, &dp).unwrap();
+            }
             let want = reward_chain(&cfg, &realized, &position, &mut envs, &mut global);
             let got = chain.read_out().unwrap();
             let (genvs, gglobal) = chain.download_state().unwrap();
@@ -92,9 +100,57 @@ mod gpu {
     fn unfused_reward_chain_matches_oracle_at_every_size_and_done_mix() {
         for (k, n) in [1usize, 3, 31, 256, 1000, 4096, 8192].into_iter().enumerate() {
             for mix in [Mix::NoDones, Mix::AllDones, Mix::Mixed] {
-                let c = check(n, mix, 12, 100 + k as u64);
+                let c = check(n, mix, 12, 100 + k as u64, false);
                 let failures: Vec<String> = c.iter().filter_map(|c| c.check().err()).collect();
                 assert!(failures.is_empty(), "N = {n}, {mix:?}:\n{}", failures.join("\n"));
+            }
+        }
+    }
+
+    #[test]
+    fn fused_reward_matches_oracle_at_every_size_and_done_mix_in_one_launch() {
+        for (k, n) in [1usize, 3, 31, 256, 1000, 4096, 8192].into_iter().enumerate() {
+            for mix in [Mix::NoDones, Mix::AllDones, Mix::Mixed] {
+                let c = check(n, mix, 12, 200 + k as u64, true);
+                let failures: Vec<String> = c.iter().filter_map(|c| c.check().err()).collect();
+                assert!(failures.is_empty(), "N = {n}, {mix:?}:\n{}", failures.join("\n"));
+            }
+        }
+    }
+
+    /// The fused kernel against the unfused chain on the same inputs: every output and the
+    /// whole state bitwise equal at every step (same sums, same trees, same order).
+    #[test]
+    fn fused_reward_matches_unfused_chain_bitwise() {
+        let gpu = gpu();
+        let cfg = RewardConfig { ema_rate: 0.2, scale_gain: 0.2, hold_gain: 0.2, ..RewardConfig::default() };
+        for n in [1usize, 3, 31, 256, 1000, 4096, 8192] {
+            let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
+            let (mut a, mut b) = (RewardChain::new(&gpu, &cfg, n).unwrap(), RewardChain::new(&gpu, &cfg, n).unwrap());
+            let (mut realized, mut position) = (vec![0.0f32; n], vec![0i32; n]);
+            for t in 0..30 {
+                for i in 0..n {
+                    if rng.gen_bool(0.3) {
+                        position[i] = rng.gen_range(-3..=3);
+                        realized[i] += rng.gen_range(-50i32..50) as f32 * 0.25;
+                    }
+                }
+                let dr = gpu.stream.clone_htod(&realized).unwrap();
+                let dp = gpu.stream.clone_htod(&position).unwrap();
+                a.run(&dr, &dp).unwrap();
+                b.run_fused(&dr, &dp).unwrap();
+                let (oa, ob) = (a.read_out().unwrap(), b.read_out().unwrap());
+                let ((ea, ga), (eb, gb)) = (a.download_state().unwrap(), b.download_state().unwrap());
+                let c = [
+                    compare_bitwise("reward", &ob.reward, &oa.reward),
+                    compare_bitwise("raw", &ob.raw, &oa.raw),
+                    compare_bitwise("pnl", &ob.pnl, &oa.pnl),
+                    compare_bitwise("done", &ob.done, &oa.done),
+                    compare_bitwise("outcome_ema", &eb.outcome_ema, &ea.outcome_ema),
+                    compare_bitwise("global", &gb.to_words(), &ga.to_words()),
+                ];
+                assert_all(&c);
+                assert_eq!((ob.duration, eb.steps_since_done, eb.prev_position), (oa.duration, ea.steps_since_done, ea.prev_position), "N {n} step {t}");
             }
         }
     }
