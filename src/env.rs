@@ -262,8 +262,20 @@ impl Env {
     /// Overwrite the portfolios (tests, fixtures); bars must lie inside the split.
     pub fn upload_state(&mut self, st: &EnvState) -> Result<()> {
         let n = self.cfg.envs;
-        if st.len() != n || [st.steps.len(), st.clock.len(), st.position.len(), st.entry.len()].iter().any(|&l| l != n) {
-            return Err(Error::Usage(format!("an env state of {} envs for an Env of {n}", st.len())));
+        let lens = [
+            st.bar.len(),
+            st.steps.len(),
+            st.clock.len(),
+            st.position.len(),
+            st.entry.len(),
+            st.realized.len(),
+            st.fees.len(),
+            st.equity.len(),
+            st.dsr_a.len(),
+            st.dsr_b.len(),
+        ];
+        if lens.iter().any(|&l| l != n) {
+            return Err(Error::Usage(format!("an env state with field lengths {lens:?} for an Env of {n} envs")));
         }
         if let Some(b) = st.bar.iter().find(|&&b| b < self.split.lo || b + 1 >= self.split.hi) {
             return Err(Error::Usage(format!(
