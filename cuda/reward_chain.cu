@@ -2,46 +2,17 @@
 // reward::reward_chain, launched in reward::STAGES order (the two reductions, stage 6
 // `reward_ema` and stage 10 `reward_dispersion`, are a partial kernel and a finalize
 // kernel each). Per-env stages: grid-stride over N, any grid, float32 with _rn intrinsics
-// in the oracle's order. Reductions: REWARD_BLOCKS blocks of REWARD_THREADS threads sum
+// in the oracle's order. Reductions: the launcher's blocks (at most 1024) of REWARD_THREADS threads sum
 // their envs in double (each thread in index order, then a fixed tree), the finalize
 // kernel (ONE block of REWARD_THREADS) sums the block partials in a fixed tree: the same
 // bits at every launch. The global state is 8 floats (oracle RewardGlobal::to_words).
 // Oracle: reward::reward_chain.
 
-#define REWARD_THREADS 256
-#define G_EMA_DURATION 0
-#define G_EMA_ABS_PNL 1
-#define G_EMA_OUTCOME 2
-#define G_SCALE 3
-#define G_HOLD_BONUS 4
-#define G_DISPERSION 5
-#define G_DONES 6
-#define G_UPDATES 7
-
-// The pipeline's constants (oracle RewardConfig), a kernel argument built by the host.
-struct RewardParams {
-    float entry_cost, min_hold_penalty, ema_rate, outcome_rate, target_abs_reward, scale_gain, scale_min,
-        scale_max, target_duration, hold_gain, hold_bonus_max, dispersion_floor;
-    unsigned int min_hold, envs;
-};
+#include "common/reward.cuh"
 
 #define FOR_EACH_ENV(i, n)                                                                         \
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (n); \
          i += (unsigned long long)gridDim.x * blockDim.x)
-
-__device__ __forceinline__ float sign_f(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
-
-// Fixed-tree sum of one double per thread over a block of REWARD_THREADS; thread 0 gets it.
-__device__ __forceinline__ double tree_sum(double v, double* s) {
-    __syncthreads();
-    s[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned int stride = REWARD_THREADS / 2; stride > 0; stride >>= 1) {
-        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
-        __syncthreads();
-    }
-    return s[0];
-}
 
 extern "C" __global__ void reward_pnl_delta(const float* __restrict__ realized, const int* __restrict__ position,
                                             const RewardParams p, float* __restrict__ prev_realized,
@@ -128,18 +99,7 @@ extern "C" __global__ void reward_ema_finalize(const double* __restrict__ partia
         for (int j = 0; j < 4; ++j) acc[j] += partial[4 * b + j];
     double tot[4];
     for (int j = 0; j < 4; ++j) tot[j] = tree_sum(acc[j], s);
-    if (threadIdx.x == 0) {
-        const double count = tot[0], rate = (double)p.ema_rate;
-        global[G_DONES] = (float)count;
-        if (count > 0.0) {
-            const int idx[3] = {G_EMA_DURATION, G_EMA_ABS_PNL, G_EMA_OUTCOME};
-            for (int j = 0; j < 3; ++j) {
-                const double e = (double)global[idx[j]];
-                global[idx[j]] = (float)(e + rate * (tot[j + 1] / count - e));
-            }
-            global[G_UPDATES] = __fadd_rn(global[G_UPDATES], 1.0f);
-        }
-    }
+    if (threadIdx.x == 0) reward_ema_update(tot, p, global);
 }
 
 extern "C" __global__ void reward_outcome(const float* __restrict__ done, const float* __restrict__ pnl,
@@ -158,19 +118,9 @@ extern "C" __global__ void reward_scale(const float* __restrict__ raw, const Rew
     FOR_EACH_ENV(i, p.envs) reward[i] = __fmul_rn(raw[i], scale);
 }
 
-__device__ __forceinline__ float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
-
 // Stage 9 (ONE thread): the scale and hold controllers, at a step with a done.
 extern "C" __global__ void reward_controllers(const RewardParams p, float* __restrict__ global) {
-    if (blockIdx.x != 0 || threadIdx.x != 0 || !(global[G_DONES] > 0.0f)) return;
-    const float scale = global[G_SCALE];
-    float mapped = __fmul_rn(scale, global[G_EMA_ABS_PNL]);
-    mapped = mapped > 1.17549435e-38f ? mapped : 1.17549435e-38f;  // max(f32::MIN_POSITIVE), NaN too (Rust max)
-    const float step = __fmul_rn(p.scale_gain, __fsub_rn(__fdiv_rn(p.target_abs_reward, mapped), 1.0f));
-    global[G_SCALE] = clampf(__fmul_rn(scale, __fadd_rn(1.0f, step)), p.scale_min, p.scale_max);
-    const float gap = __fdiv_rn(__fsub_rn(p.target_duration, global[G_EMA_DURATION]), p.target_duration);
-    const float hold = __fadd_rn(global[G_HOLD_BONUS], __fmul_rn(__fmul_rn(p.hold_gain, p.hold_bonus_max), gap));
-    global[G_HOLD_BONUS] = clampf(hold, 0.0f, p.hold_bonus_max);
+    if (blockIdx.x == 0 && threadIdx.x == 0) reward_controllers_update(p, global);
 }
 
 // Stage 10, part 1: per block, sum r and sum r^2 of the final rewards: partial[2 block + 0..1].
@@ -200,9 +150,5 @@ extern "C" __global__ void reward_dispersion_finalize(const double* __restrict__
     }
     sum = tree_sum(sum, s);
     sq = tree_sum(sq, s);
-    if (threadIdx.x == 0) {
-        const double n = p.envs > 0 ? (double)p.envs : 1.0;
-        const double m = sum / n, v = fmax(sq / n - m * m, 0.0);
-        global[G_DISPERSION] = (float)(v / fmax(fabs(m), (double)p.dispersion_floor));
-    }
+    if (threadIdx.x == 0) reward_dispersion_update(sum, sq, p, global);
 }

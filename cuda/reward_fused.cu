@@ -7,39 +7,12 @@
 // after a memory fence) sums all blocks' partials in a fixed tree, which does not depend
 // on which block is last, then updates the EMAs, the controllers and the dispersion
 // statistic, and re-arms the ticket. So the results are the chain's, bit for bit, and the
-// same at every launch. Grid: REWARD_BLOCKS <= 1024 blocks of REWARD_THREADS threads.
+// same at every launch. Grid: at most 1024 blocks of REWARD_THREADS threads.
 // Oracle: reward::reward_chain (the spec of both paths).
 
-#define REWARD_THREADS 256
-#define G_EMA_DURATION 0
-#define G_EMA_ABS_PNL 1
-#define G_EMA_OUTCOME 2
-#define G_SCALE 3
-#define G_HOLD_BONUS 4
-#define G_DISPERSION 5
-#define G_DONES 6
-#define G_UPDATES 7
+#include "common/reward.cuh"
+
 #define SUMS 6
-
-struct RewardParams {
-    float entry_cost, min_hold_penalty, ema_rate, outcome_rate, target_abs_reward, scale_gain, scale_min,
-        scale_max, target_duration, hold_gain, hold_bonus_max, dispersion_floor;
-    unsigned int min_hold, envs;
-};
-
-__device__ __forceinline__ float sign_f(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
-__device__ __forceinline__ float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
-
-__device__ __forceinline__ double tree_sum(double v, double* s) {
-    __syncthreads();
-    s[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned int stride = REWARD_THREADS / 2; stride > 0; stride >>= 1) {
-        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
-        __syncthreads();
-    }
-    return s[0];
-}
 
 extern "C" __global__ void reward_fused(const float* __restrict__ realized, const int* __restrict__ position,
                                         const RewardParams p, float* __restrict__ prev_realized,
@@ -108,27 +81,7 @@ extern "C" __global__ void reward_fused(const float* __restrict__ realized, cons
     }
     if (threadIdx.x != 0) return;
     *ticket = 0u;
-    // reward_ema
-    const double count = tot[0], rate = (double)p.ema_rate;
-    global[G_DONES] = (float)count;
-    if (count > 0.0) {
-        const int idx[3] = {G_EMA_DURATION, G_EMA_ABS_PNL, G_EMA_OUTCOME};
-        for (int j = 0; j < 3; ++j) {
-            const double e = (double)global[idx[j]];
-            global[idx[j]] = (float)(e + rate * (tot[j + 1] / count - e));
-        }
-        global[G_UPDATES] = __fadd_rn(global[G_UPDATES], 1.0f);
-        // reward_controllers
-        float mapped = __fmul_rn(scale, global[G_EMA_ABS_PNL]);
-        mapped = mapped > 1.17549435e-38f ? mapped : 1.17549435e-38f;
-        const float step = __fmul_rn(p.scale_gain, __fsub_rn(__fdiv_rn(p.target_abs_reward, mapped), 1.0f));
-        global[G_SCALE] = clampf(__fmul_rn(scale, __fadd_rn(1.0f, step)), p.scale_min, p.scale_max);
-        const float gap = __fdiv_rn(__fsub_rn(p.target_duration, global[G_EMA_DURATION]), p.target_duration);
-        const float hold = __fadd_rn(hold_bonus, __fmul_rn(__fmul_rn(p.hold_gain, p.hold_bonus_max), gap));
-        global[G_HOLD_BONUS] = clampf(hold, 0.0f, p.hold_bonus_max);
-    }
-    // reward_dispersion
-    const double n = p.envs > 0 ? (double)p.envs : 1.0;
-    const double m = tot[4] / n, v = fmax(tot[5] / n - m * m, 0.0);
-    global[G_DISPERSION] = (float)(v / fmax(fabs(m), (double)p.dispersion_floor));
+    reward_ema_update(tot, p, global);
+    reward_controllers_update(p, global);
+    reward_dispersion_update(tot[4], tot[5], p, global);
 }

@@ -76,15 +76,9 @@ pub struct BenchRow {
 
 /// Run the prioritized replay benchmark on `gpu`; one row per (op, capacity, batch, mode).
 pub fn bench_per(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
-    if opts.reps == 0 {
-        return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
-    }
-    let (capacities, batches, reps): (&[usize], &[usize], usize) = if opts.quick {
-        (&QUICK_CAPACITIES, &QUICK_BATCHES, opts.reps.min(QUICK_REPS))
-    } else {
-        (&CAPACITIES, &BATCHES, opts.reps)
-    };
-    let timing = Timing { reps, warmup: opts.warmup.max(1) };
+    let timing = Timing::of(opts)?;
+    let (capacities, batches): (&[usize], &[usize]) =
+        if opts.quick { (&QUICK_CAPACITIES, &QUICK_BATCHES) } else { (&CAPACITIES, &BATCHES) };
     let mut rows = Vec::new();
     for &capacity in capacities {
         for &batch in batches {
@@ -123,12 +117,8 @@ const QNET_BATCHES: [usize; 2] = [256, 1024];
 /// and `update (tf32)`, the update with TF32 tensor-core GEMMs. The `capacity` column is 0
 /// (no replay).
 pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
-    if opts.reps == 0 {
-        return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
-    }
-    let (batches, reps): (&[usize], usize) =
-        if opts.quick { (&QNET_BATCHES[..1], opts.reps.min(QUICK_REPS)) } else { (&QNET_BATCHES, opts.reps) };
-    let timing = Timing { reps, warmup: opts.warmup.max(1) };
+    let timing = Timing::of(opts)?;
+    let batches = if opts.quick { &QNET_BATCHES[..1] } else { &QNET_BATCHES[..] };
     let mut rows = Vec::new();
     for &batch in batches {
         let case = crate::parity::QNetCase { atoms: 51, state_dim: 32, batch, seed: SEED };
@@ -178,12 +168,8 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::env::{load_market, Env};
     use crate::parity::env::{acting_config, BRANCHES};
     use tallyho_oracle::env::{EnvConfig, EnvMarket, Split};
-    if opts.reps == 0 {
-        return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
-    }
-    let (counts, reps): (&[usize], usize) =
-        if opts.quick { (&ENV_COUNTS[..1], opts.reps.min(QUICK_REPS)) } else { (&ENV_COUNTS, opts.reps) };
-    let timing = Timing { reps, warmup: opts.warmup.max(1) };
+    let timing = Timing::of(opts)?;
+    let counts = if opts.quick { &ENV_COUNTS[..1] } else { &ENV_COUNTS[..] };
     let market = load_market(None)?;
     let (em, split) = (EnvMarket::of(&market), Split::train(&market));
     let qcfg = acting_config(&em, SEED);
@@ -233,12 +219,8 @@ const REWARD_COUNTS: [usize; 4] = [16, 256, 1024, 4096];
 pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::reward::RewardChain;
     use tallyho_oracle::reward::RewardConfig;
-    if opts.reps == 0 {
-        return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
-    }
-    let (counts, reps): (&[usize], usize) =
-        if opts.quick { (&REWARD_COUNTS[..2], opts.reps.min(QUICK_REPS)) } else { (&REWARD_COUNTS, opts.reps) };
-    let timing = Timing { reps, warmup: opts.warmup.max(1) };
+    let timing = Timing::of(opts)?;
+    let counts = if opts.quick { &REWARD_COUNTS[..2] } else { &REWARD_COUNTS[..] };
     let mut rows = Vec::new();
     for &n in counts {
         let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ n as u64);
@@ -259,6 +241,16 @@ struct Timing {
 }
 
 impl Timing {
+    /// The repetitions and warm-up of `opts` (a quick run caps the repetitions; at least
+    /// one warm-up call is made).
+    fn of(opts: &BenchOptions) -> Result<Self> {
+        if opts.reps == 0 {
+            return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
+        }
+        let reps = if opts.quick { opts.reps.min(QUICK_REPS) } else { opts.reps };
+        Ok(Timing { reps, warmup: opts.warmup.max(1) })
+    }
+
     /// Time `work` eagerly, then captured once into a graph and replayed: two rows.
     fn both_modes<T>(
         &self,

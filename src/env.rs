@@ -107,7 +107,6 @@ struct Kernels {
 pub struct Env {
     cfg: EnvConfig,
     split: Split,
-    market_bars: usize,
     feature_dim: usize,
     stream: Arc<CudaStream>,
     k: Kernels,
@@ -214,7 +213,6 @@ impl Env {
         let mut env = Env {
             cfg: cfg.clone(),
             split,
-            market_bars: market.bars,
             feature_dim: market.feature_dim,
             stream: s.clone(),
             k,
@@ -240,10 +238,6 @@ impl Env {
 
     pub fn config(&self) -> &EnvConfig {
         &self.cfg
-    }
-
-    pub fn split(&self) -> Split {
-        self.split
     }
 
     /// The state width S = features + portfolio features.
@@ -466,11 +460,6 @@ impl Env {
 
     pub fn graph_phase(&self) -> Phase {
         self.step_graph.phase()
-    }
-
-    /// Bars of the uploaded market.
-    pub fn market_bars(&self) -> usize {
-        self.market_bars
     }
 }
 

@@ -62,57 +62,28 @@ enum Command {
 #[derive(Subcommand)]
 enum BenchWhat {
     /// Prioritized replay: sample (with IS weights) and insert, eager and graph-replayed.
-    Per {
-        #[arg(long, default_value_t = 200)]
-        reps: usize,
-        #[arg(long, default_value_t = 20)]
-        warmup: usize,
-        /// Smallest sizes only, few repetitions: a smoke run.
-        #[arg(long)]
-        quick: bool,
-        /// Write the rows as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    Per(BenchArgs),
     /// Experience: one env timestep (gather, Q-forward, select, fill, barriers) at N = 256 and 4096.
-    Env {
-        #[arg(long, default_value_t = 200)]
-        reps: usize,
-        #[arg(long, default_value_t = 20)]
-        warmup: usize,
-        /// N = 256 only, few repetitions: a smoke run.
-        #[arg(long)]
-        quick: bool,
-        /// Write the rows as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    Env(BenchArgs),
     /// Reward pipeline: the unfused chain and the fused kernel at N = 16, 256, 1024, 4096.
-    Reward {
-        #[arg(long, default_value_t = 200)]
-        reps: usize,
-        #[arg(long, default_value_t = 20)]
-        warmup: usize,
-        /// N = 16 and 256 only, few repetitions: a smoke run.
-        #[arg(long)]
-        quick: bool,
-        /// Write the rows as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    Reward(BenchArgs),
     /// Q-network: one full update at B = 256 and 1024 and its parts, eager and graph-replayed.
-    Qnet {
-        #[arg(long, default_value_t = 200)]
-        reps: usize,
-        #[arg(long, default_value_t = 20)]
-        warmup: usize,
-        /// B = 256 only, few repetitions: a smoke run.
-        #[arg(long)]
-        quick: bool,
-        /// Write the rows as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    Qnet(BenchArgs),
+}
+
+/// What every benchmark takes.
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[arg(long, default_value_t = 200)]
+    reps: usize,
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+    /// The smallest sizes only (the first one or two), few repetitions: a smoke run.
+    #[arg(long)]
+    quick: bool,
+    /// Write the rows as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -196,41 +167,23 @@ fn run(cli: Cli) -> Result<()> {
             }
             println!("all {} kernel outputs within tolerance", report.rows.len());
         }
-        Command::Bench { what: BenchWhat::Per { reps, warmup, quick, json } } => {
+        Command::Bench { what } => {
+            use tallyho::bench::{self, BenchOptions, BenchRow};
+            type Bench = fn(&Gpu, &BenchOptions) -> tallyho::Result<Vec<BenchRow>>;
+            let (name, args, run): (&str, BenchArgs, Bench) = match what {
+                BenchWhat::Per(a) => ("per", a, bench::bench_per),
+                BenchWhat::Env(a) => ("env", a, bench::bench_env),
+                BenchWhat::Reward(a) => ("reward", a, bench::bench_reward),
+                BenchWhat::Qnet(a) => ("qnet", a, bench::bench_qnet),
+            };
+            let BenchArgs { reps, warmup, quick, json } = args;
             let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
-            eprintln!("bench per on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
-            let rows = tallyho::bench::bench_per(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
+            eprintln!("bench {name} on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
+            let rows = run(&gpu, &BenchOptions { reps, warmup, quick })?;
             if let Some(p) = json {
                 write(&p, &serde_json::to_string_pretty(&rows)?)?;
             }
-            print!("{}", tallyho::bench::format_table(&rows));
-        }
-        Command::Bench { what: BenchWhat::Env { reps, warmup, quick, json } } => {
-            let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
-            eprintln!("bench env on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
-            let rows = tallyho::bench::bench_env(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
-            if let Some(p) = json {
-                write(&p, &serde_json::to_string_pretty(&rows)?)?;
-            }
-            print!("{}", tallyho::bench::format_table(&rows));
-        }
-        Command::Bench { what: BenchWhat::Reward { reps, warmup, quick, json } } => {
-            let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
-            eprintln!("bench reward on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
-            let rows = tallyho::bench::bench_reward(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
-            if let Some(p) = json {
-                write(&p, &serde_json::to_string_pretty(&rows)?)?;
-            }
-            print!("{}", tallyho::bench::format_table(&rows));
-        }
-        Command::Bench { what: BenchWhat::Qnet { reps, warmup, quick, json } } => {
-            let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
-            eprintln!("bench qnet on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
-            let rows = tallyho::bench::bench_qnet(&gpu, &tallyho::bench::BenchOptions { reps, warmup, quick })?;
-            if let Some(p) = json {
-                write(&p, &serde_json::to_string_pretty(&rows)?)?;
-            }
-            print!("{}", tallyho::bench::format_table(&rows));
+            print!("{}", bench::format_table(&rows));
         }
         Command::Fixtures { action: FixturesAction::Record { dir } } => {
             let gpu = Gpu::new().context("recording fixtures runs the kernels on a GPU")?;

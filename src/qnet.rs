@@ -564,36 +564,11 @@ impl QNet {
 
     /// `qnet_head` on the head outputs y of both networks.
     pub fn forward_head(&mut self) -> Result<()> {
-        let d = self.d;
-        let r = d.rows;
-        let (na, rows32) = (d.na as u32, r as u32);
-        let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
-        let bias = self.heads_w.slice(bias_at..);
-        let mut l = self.stream.launch_builder(&self.k.head);
-        l.arg(&self.y)
-            .arg(&bias)
-            .arg(&bias_stride)
-            .arg(&self.shape)
-            .arg(&na)
-            .arg(&self.cfg.v_min)
-            .arg(&self.cfg.v_max)
-            .arg(&rows32)
-            .arg(&mut self.logits)
-            .arg(&mut self.log_probs)
-            .arg(&mut self.probs)
-            .arg(&mut self.q);
-        let cfg = LaunchConfig {
-            grid_dim: (rows32, NETS as u32, 1),
-            block_dim: (HEAD_THREADS, 1, 1),
-            shared_mem_bytes: ((2 * d.lw + d.ow) * 8) as u32,
-        };
-        // SAFETY: follows qnet_head's signature: y is NETS x 2B x ow, bias ow floats at each
-        // net's stride (row H of its dense head matrix), the BranchShape by value, the outputs NETS x 2B x lw (logits, log_probs, probs) and
-        // NETS x 2B x qw (q); grid (2B, NETS), L doubles of dynamic shared memory.
-        if !self.gemms_only {
-            unsafe { l.launch(cfg) }?;
+        if self.gemms_only {
+            return Ok(());
         }
-        Ok(())
+        let out = HeadOutputs { logits: &mut self.logits, log_probs: &mut self.log_probs, probs: &mut self.probs, q: &mut self.q };
+        launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, self.d, NETS, self.d.rows, &self.y, out)
     }
 
     /// `qnet_loss` and `qnet_loss_reduce` on the last forward, for the batch's actions,
@@ -787,30 +762,8 @@ impl QNet {
                 0.0, &mut a.y.slice_mut(col..), d.ow)?;
         }
         self.join(0..side)?;
-        let (na, rows32, bias_stride) = (d.na as u32, r as u32, ((d.hw + 1) * d.ow) as u64);
-        let bias = self.heads_w.slice(d.hw * d.ow..);
-        let mut l = self.stream.launch_builder(&self.k.head);
-        l.arg(&a.y)
-            .arg(&bias)
-            .arg(&bias_stride)
-            .arg(&self.shape)
-            .arg(&na)
-            .arg(&self.cfg.v_min)
-            .arg(&self.cfg.v_max)
-            .arg(&rows32)
-            .arg(&mut a.logits)
-            .arg(&mut a.log_probs)
-            .arg(&mut a.probs)
-            .arg(&mut a.q);
-        let cfg = LaunchConfig {
-            grid_dim: (rows32, 1, 1),
-            block_dim: (HEAD_THREADS, 1, 1),
-            shared_mem_bytes: ((2 * d.lw + d.ow) * 8) as u32,
-        };
-        // SAFETY: as in forward_head, for one network (grid y = 1: the online bias at offset
-        // 0) of N rows: y is N x ow, the outputs N x lw and N x qw, allocated by `acting`.
-        unsafe { l.launch(cfg) }?;
-        Ok(())
+        let out = HeadOutputs { logits: &mut a.logits, log_probs: &mut a.log_probs, probs: &mut a.probs, q: &mut a.q };
+        launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, d, 1, r, &a.y, out)
     }
 
     /// The Q-values of the last [`QNet::act`].
@@ -940,6 +893,59 @@ fn binding(stream: &Arc<CudaStream>, t: &DeviceTransitions, weights: &CudaSlice<
     mix(t.dones.device_ptr(stream).0);
     mix(weights.device_ptr(stream).0);
     h
+}
+
+/// The outputs `qnet_head` writes, `nets x rows` rows each.
+struct HeadOutputs<'a> {
+    logits: &'a mut CudaSlice<f32>,
+    log_probs: &'a mut CudaSlice<f32>,
+    probs: &'a mut CudaSlice<f32>,
+    q: &'a mut CudaSlice<f32>,
+}
+
+/// `qnet_head` on the head-output rows `y` (`nets x rows x ow`) of the first `nets`
+/// networks: the update's (both networks on 2B rows) and acting's (the online one on N).
+#[allow(clippy::too_many_arguments)]
+fn launch_head(
+    stream: &Arc<CudaStream>,
+    k: &CudaFunction,
+    heads_w: &CudaSlice<f32>,
+    shape: &BranchShape,
+    cfg: &QNetConfig,
+    d: Dims,
+    nets: usize,
+    rows: usize,
+    y: &CudaSlice<f32>,
+    out: HeadOutputs,
+) -> Result<()> {
+    let (na, rows32) = (d.na as u32, rows as u32);
+    let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
+    let bias = heads_w.slice(bias_at..);
+    let mut l = stream.launch_builder(k);
+    l.arg(y)
+        .arg(&bias)
+        .arg(&bias_stride)
+        .arg(shape)
+        .arg(&na)
+        .arg(&cfg.v_min)
+        .arg(&cfg.v_max)
+        .arg(&rows32)
+        .arg(out.logits)
+        .arg(out.log_probs)
+        .arg(out.probs)
+        .arg(out.q);
+    let launch = LaunchConfig {
+        grid_dim: (rows32, nets as u32, 1),
+        block_dim: (HEAD_THREADS, 1, 1),
+        shared_mem_bytes: ((2 * d.lw + d.ow) * 8) as u32,
+    };
+    // SAFETY: follows qnet_head's signature: y is nets x rows x ow, bias ow floats at each
+    // net's stride (row H of its dense head matrix), the BranchShape by value, the outputs
+    // nets x rows x lw (logits, log_probs, probs) and nets x rows x qw (q), as allocated by
+    // QNet::new (nets = NETS, rows = 2B) and QNet::acting (nets = 1, rows = N); grid
+    // (rows, nets), 2 L + O doubles of dynamic shared memory.
+    unsafe { l.launch(launch) }?;
+    Ok(())
 }
 
 fn relu(skip: bool, stream: &Arc<CudaStream>, k: &CudaFunction, a: &mut CudaSlice<f32>, rows: usize, width: usize) -> Result<()> {

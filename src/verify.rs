@@ -143,8 +143,7 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         let (em, split) = (EnvMarket::of(&market), Split::train(&market));
         let cfg = EnvConfig { envs: 256, seed, ..EnvConfig::default() };
         m.add("experience x50", parity::env::check_experience(gpu, &cfg, &em, split, 0.2, 50, 10)?.0);
-        let graphed = parity::env::check_experience_graph(gpu, &cfg, &em, split, 10)?;
-        m.add("experience graph vs eager x10", strip_step(graphed));
+        m.add("experience graph vs eager x10", parity::env::check_experience_graph(gpu, &cfg, &em, split, 10)?);
     }
     progress("fixtures");
     match fixtures::check(fixture_dir, Replayer::Gpu(gpu)) {
@@ -160,18 +159,6 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         }
     }
     Ok(Report { device: gpu.name(), driver: gpu.driver_version(), seed, rows: m.into_rows() })
-}
-
-/// Graph-vs-eager comparisons are named per step; merge them into one row per output.
-fn strip_step(c: Vec<Comparison>) -> Vec<Comparison> {
-    c.into_iter()
-        .map(|mut c| {
-            if let Some((_, rest)) = c.output.strip_prefix("step ").and_then(|s| s.split_once(' ')) {
-                c.output = rest.to_string();
-            }
-            c
-        })
-        .collect()
 }
 
 fn table(report: &Report, markdown: bool) -> String {

@@ -15,6 +15,15 @@ pub enum ConfigError {
     OutOfRange { name: &'static str, value: f64, range: &'static str, fix: &'static str },
 }
 
+/// `Err(OutOfRange)` unless `ok` (callers write `ok` so that NaN fails it).
+pub(crate) fn require(ok: bool, name: &'static str, value: impl Into<f64>, range: &'static str, fix: &'static str) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfRange { name, value: value.into(), range, fix })
+    }
+}
+
 /// The prioritized replay buffer (Schaul et al. 2016, "Prioritized Experience Replay").
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PerConfig {

@@ -20,7 +20,7 @@
 //! at bar t + 1: take-profit / stop-loss against its high and low, time limit, end of data,
 //! mark-to-market at its mid, reward, and auto-reset of a done env to a Philox-chosen start.
 
-use crate::config::ConfigError;
+use crate::config::{require, ConfigError};
 use crate::philox::{self, stream};
 use serde::{Deserialize, Serialize};
 
@@ -103,14 +103,6 @@ impl Default for EnvConfig {
     }
 }
 
-fn require(ok: bool, name: &'static str, v: f64, range: &'static str, fix: &'static str) -> Result<(), ConfigError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::OutOfRange { name, value: v, range, fix })
-    }
-}
-
 impl EnvConfig {
     /// Check the constants, and that `branches` (the Q-network's) are direction 3, size n,
     /// order type 3.
@@ -123,23 +115,23 @@ impl EnvConfig {
         }
         let p = |v: f32| (0.0..=1.0).contains(&v);
         require(self.envs <= 1 << 24, "envs", self.envs as f64, "[1, 2^24]", "lower --envs")?;
-        require(self.max_position >= 1, "max_position", self.max_position.into(), ">= 1", "allow at least one contract")?;
-        require(self.point_value > 0.0, "point_value", self.point_value.into(), "> 0", "the contract's currency per point (ES: 50)")?;
-        require(self.commission >= 0.0, "commission", self.commission.into(), ">= 0", "a fee per contract such as 2.5")?;
-        require(p(self.ioc_fill_prob), "ioc_fill_prob", self.ioc_fill_prob.into(), "[0, 1]", "a probability such as 0.8")?;
-        require(p(self.limit_fill_min), "limit_fill_min", self.limit_fill_min.into(), "[0, 1]", "a probability such as 0.2")?;
+        require(self.max_position >= 1, "max_position", self.max_position, ">= 1", "allow at least one contract")?;
+        require(self.point_value > 0.0, "point_value", self.point_value, "> 0", "the contract's currency per point (ES: 50)")?;
+        require(self.commission >= 0.0, "commission", self.commission, ">= 0", "a fee per contract such as 2.5")?;
+        require(p(self.ioc_fill_prob), "ioc_fill_prob", self.ioc_fill_prob, "[0, 1]", "a probability such as 0.8")?;
+        require(p(self.limit_fill_min), "limit_fill_min", self.limit_fill_min, "[0, 1]", "a probability such as 0.2")?;
         require(
             p(self.limit_fill_max) && self.limit_fill_max >= self.limit_fill_min,
             "limit_fill_max",
-            self.limit_fill_max.into(),
+            self.limit_fill_max,
             "[limit_fill_min, 1]",
             "a probability at least limit_fill_min",
         )?;
-        require(p(self.limit_capture), "limit_capture", self.limit_capture.into(), "[0, 1]", "a share of the spread such as 0.5")?;
-        require((0.0..1.0).contains(&self.take_profit), "take_profit", self.take_profit.into(), "[0, 1)", "a fraction such as 0.003, or 0 for none")?;
-        require((0.0..1.0).contains(&self.stop_loss), "stop_loss", self.stop_loss.into(), "[0, 1)", "a fraction such as 0.0015, or 0 for none")?;
-        require(self.reward_scale.is_finite(), "reward_scale", self.reward_scale.into(), "finite", "a scale such as 0.01")?;
-        require(p(self.dsr_eta) && self.dsr_eta < 1.0, "dsr_eta", self.dsr_eta.into(), "[0, 1)", "a rate such as 0.01, or 0 for none")?;
+        require(p(self.limit_capture), "limit_capture", self.limit_capture, "[0, 1]", "a share of the spread such as 0.5")?;
+        require((0.0..1.0).contains(&self.take_profit), "take_profit", self.take_profit, "[0, 1)", "a fraction such as 0.003, or 0 for none")?;
+        require((0.0..1.0).contains(&self.stop_loss), "stop_loss", self.stop_loss, "[0, 1)", "a fraction such as 0.0015, or 0 for none")?;
+        require(self.reward_scale.is_finite(), "reward_scale", self.reward_scale, "finite", "a scale such as 0.01")?;
+        require(p(self.dsr_eta) && self.dsr_eta < 1.0, "dsr_eta", self.dsr_eta, "[0, 1)", "a rate such as 0.01, or 0 for none")?;
         let ok = branches.len() == 3 && branches[BRANCH_DIRECTION] == 3 && branches[BRANCH_ORDER_TYPE] == 3 && branches[BRANCH_SIZE] >= 1;
         require(
             ok,

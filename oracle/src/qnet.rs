@@ -25,7 +25,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
+use crate::config::{require, ConfigError};
 use crate::per::Transitions;
 
 // ---------------------------------------------------------------------------------------------
@@ -98,15 +98,6 @@ impl Default for QNetConfig {
             polyak_tau: None,
             seed: 0x7a11_1b0,
         }
-    }
-}
-
-/// `Err(OutOfRange)` unless `ok` (callers write `ok` so that NaN fails it).
-fn require(ok: bool, name: &'static str, v: f32, range: &'static str, fix: &'static str) -> Result<(), ConfigError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::OutOfRange { name, value: f64::from(v), range, fix })
     }
 }
 

@@ -11,7 +11,7 @@
 //! ~1e-16 relative, so each result, rounded once to float, is within one float ulp
 //! ([`crate::tolerance::REWARD_REDUCTION`]).
 
-use crate::config::ConfigError;
+use crate::config::{require, ConfigError};
 use serde::{Deserialize, Serialize};
 
 /// The stages of the chain, in order: the kernel names of the unfused path.
@@ -93,12 +93,7 @@ impl RewardConfig {
             ((0.0..1.0).contains(&self.hold_gain), "hold_gain", self.hold_gain, "[0, 1)", "a gain such as 0.05, or 0 for a fixed bonus"),
             (self.dispersion_floor > 0.0, "dispersion_floor", self.dispersion_floor, "> 0", "a small floor such as 1e-6"),
         ];
-        for (ok, name, v, range, fix) in checks {
-            if !ok {
-                return Err(ConfigError::OutOfRange { name, value: f64::from(v), range, fix });
-            }
-        }
-        Ok(())
+        checks.into_iter().try_for_each(|(ok, name, v, range, fix)| require(ok, name, v, range, fix))
     }
 }
 

@@ -172,11 +172,12 @@ pub fn check_action_select(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>>
     let q: Vec<f32> = (0..case.envs * width).map(|_| s.rng.gen_range(-4i32..4) as f32 * 0.5).collect();
     let dq = gpu.stream.clone_htod(&q)?;
     let mut out = Vec::new();
-    for eps in [0.0f32, 1.0, s.rng.gen_range(0.05..0.95)] {
+    let between = s.rng.gen_range(0.05..0.95);
+    for (eps, name) in [(0.0f32, "actions (epsilon 0)"), (1.0, "actions (epsilon 1)"), (between, "actions (epsilon in (0, 1))")] {
         s.env.set_epsilon(eps)?;
         s.env.action_select(&dq)?;
         let want = spec::action_select(case.seed, &BRANCHES, eps, &q, &s.state);
-        out.push(compare_exact(&format!("actions (epsilon {eps:.2})"), &s.env.read_actions()?, &want));
+        out.push(compare_exact(name, &s.env.read_actions()?, &want));
     }
     Ok(out)
 }
@@ -251,14 +252,6 @@ pub fn check_experience(
     let q_tol = gemm_chain(&super::forward_chain(&qcfg)[3]);
     let mut out: Vec<Comparison> = Vec::new();
     let mut activity = Activity::default();
-    let mut add = |c: Vec<Comparison>| {
-        for c in c {
-            match out.iter_mut().find(|o| o.output == c.output) {
-                Some(o) => o.merge(&c),
-                None => out.push(c),
-            }
-        }
-    };
     for t in 0..steps {
         let before = oracle.clone();
         env.step(&net, &mut acting)?;
@@ -272,7 +265,7 @@ pub fn check_experience(
         if q_every > 0 && t % q_every == 0 {
             let f = qspec::forward(&qcfg, &online, &want.states);
             let want_q = super::branch_rows(&qcfg, &f.q, cfg.envs, 1);
-            add(vec![compare_rel_norm("q", &q, &want_q, q_tol)]);
+            merge_step(&mut out, t, vec![compare_rel_norm("q", &q, &want_q, q_tol)]);
         }
         let fills = env.read_fills()?;
         let o = env.read_outcome()?;
@@ -286,12 +279,23 @@ pub fn check_experience(
             compare_exact("reason", &o.reason, &want.outcome.reason),
         ];
         c.extend(compare_env_states(&env.download_state()?, &oracle));
-        for x in c.iter_mut().filter(|x| !x.passed()) {
-            x.output = format!("{} (first failure at step {t})", x.output);
-        }
-        add(c);
+        merge_step(&mut out, t, c);
     }
     Ok((out, activity))
+}
+
+/// Merge step `t`'s comparisons into one row per output across steps, a failing one
+/// named with the step it first failed at.
+fn merge_step(out: &mut Vec<Comparison>, t: usize, step: Vec<Comparison>) {
+    for mut c in step {
+        if !c.passed() {
+            c.output = format!("{} (first failure at step {t})", c.output);
+        }
+        match out.iter_mut().find(|o| o.output == c.output) {
+            Some(o) => o.merge(&c),
+            None => out.push(c),
+        }
+    }
 }
 
 /// What an experience trajectory did (oracle side).
@@ -327,10 +331,7 @@ pub fn check_experience_graph(gpu: &Gpu, cfg: &EnvConfig, market: &EnvMarket, sp
             compare_bitwise("done", &gg.done, &ge.done),
         ];
         c.extend(compare_env_states(&graph.download_state()?, &eager.download_state()?));
-        for x in &mut c {
-            x.output = format!("step {t} {}", x.output);
-        }
-        out.extend(c);
+        merge_step(&mut out, t, c);
     }
     Ok(out)
 }
