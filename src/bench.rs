@@ -217,7 +217,7 @@ const REWARD_COUNTS: [usize; 4] = [16, 256, 1024, 4096];
 /// eager and graph-replayed, on random realized PnL and positions (about 30% of the envs
 /// trading). The `batch` column holds N.
 pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
-    use crate::reward::RewardChain;
+    use crate::reward::{RewardChain, RewardPath};
     use tallyho_oracle::reward::RewardConfig;
     let timing = Timing::of(opts)?;
     let counts = if opts.quick { &REWARD_COUNTS[..2] } else { &REWARD_COUNTS[..] };
@@ -228,8 +228,8 @@ pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let position: Vec<i32> = (0..n).map(|_| if rng.gen_bool(0.3) { rng.gen_range(-3..=3) } else { 0 }).collect();
         let (dr, dp) = (gpu.stream.clone_htod(&realized)?, gpu.stream.clone_htod(&position)?);
         let mut chain = RewardChain::new(gpu, &RewardConfig::default(), n)?;
-        rows.extend(timing.both_modes(gpu, &mut chain, "reward chain", 0, n, |c| c.run(&dr, &dp))?);
-        rows.extend(timing.both_modes(gpu, &mut chain, "reward fused", 0, n, |c| c.run_fused(&dr, &dp))?);
+        rows.extend(timing.both_modes(gpu, &mut chain, "reward chain", 0, n, |c| c.step(RewardPath::Chain, &dr, &dp))?);
+        rows.extend(timing.both_modes(gpu, &mut chain, "reward fused", 0, n, |c| c.step(RewardPath::Fused, &dr, &dp))?);
         gpu.synchronize()?;
     }
     Ok(rows)

@@ -42,6 +42,16 @@ impl GraphSlot {
         }
     }
 
+    /// The captured graph's node count (one per kernel launch or copy), once captured.
+    pub fn nodes(&self) -> Result<Option<usize>> {
+        let State::Replay(graph) = &self.state else { return Ok(None) };
+        let mut count = 0usize;
+        // SAFETY: the graph is alive while this slot holds it; a null node array asks the
+        // driver for the count only.
+        unsafe { cudarc::driver::sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut count) }.result()?;
+        Ok(Some(count))
+    }
+
     /// Run one step. `binding` names the buffers `body` works on (e.g. device addresses):
     /// a captured graph replays with the addresses it was captured with, so a call with a
     /// different binding is an error rather than a silent read of the old buffers.

@@ -3,6 +3,7 @@
 //! oracle on the same inputs, and returns one `Comparison` per output.
 
 pub mod env;
+pub mod reward;
 
 use crate::error::Result;
 use crate::replay::PerBuffer;
@@ -595,4 +596,18 @@ pub fn check_qnet_update(gpu: &Gpu, case: &QNetCase, steps: u32) -> Result<Vec<C
         }
     }
     Ok(merged)
+}
+
+/// Merge step `t`'s comparisons into one row per output across steps, a failing one
+/// named with the step it first failed at.
+pub(crate) fn merge_step(out: &mut Vec<Comparison>, t: usize, step: Vec<Comparison>) {
+    for mut c in step {
+        if !c.passed() {
+            c.output = format!("{} (first failure at step {t})", c.output);
+        }
+        match out.iter_mut().find(|o| o.output == c.output) {
+            Some(o) => o.merge(&c),
+            None => out.push(c),
+        }
+    }
 }

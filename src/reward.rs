@@ -1,13 +1,26 @@
-//! The reward pipeline on the device: the unfused chain of cuda/reward_chain.cu, one
-//! launch per stage in `tallyho_oracle::reward::STAGES` order (spec: reward::reward_chain).
-//! Every buffer is allocated in `RewardChain::new`; the constants are one kernel argument
-//! and every per-step value (the global state, the per-env state) lives in device memory.
+//! The reward pipeline on the device, by two paths over the same state and outputs: the
+//! unfused chain of cuda/reward_chain.cu, one launch per [`Stage`] in `Stage::ALL` order
+//! (spec: reward::reward_stage), and the fused kernel of cuda/reward_fused.cu, one launch
+//! for the whole step (spec: reward::reward_chain). Either runs eagerly or through its own
+//! graph slot. Every buffer is allocated in `RewardChain::new`; the constants are one
+//! kernel argument and every per-step value (the global state, the per-env state) lives
+//! in device memory, so a captured step replays on whatever the buffers then hold.
 
 use crate::error::{Error, Result};
+use crate::graph::{GraphSlot, Phase};
 use crate::runtime::{grid_stride, Gpu};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
-use tallyho_oracle::reward::{RewardConfig, RewardEnvs, RewardGlobal, RewardOut};
+use tallyho_oracle::reward::{RewardConfig, RewardEnvs, RewardGlobal, RewardOut, Stage};
+
+/// Which path computes a reward step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RewardPath {
+    /// The unfused chain: twelve launches (ten stages, two of them reductions of two).
+    Chain,
+    /// The fused kernel: one launch.
+    Fused,
+}
 
 /// Threads per block of the reductions (REWARD_THREADS in the kernel file).
 const THREADS: u32 = 256;
@@ -53,7 +66,8 @@ struct Kernels {
     fused: CudaFunction,
 }
 
-/// The unfused reward chain for N envs, its state and its last step's outputs.
+/// The reward pipeline for N envs: its state, its last step's outputs, and the kernels and
+/// graph slots of both paths.
 pub struct RewardChain {
     envs: usize,
     stream: Arc<CudaStream>,
@@ -77,6 +91,8 @@ pub struct RewardChain {
     pub abs: CudaSlice<f32>,
     pub duration: CudaSlice<u32>,
     pub reward: CudaSlice<f32>,
+    chain_graph: GraphSlot,
+    fused_graph: GraphSlot,
 }
 
 impl RewardChain {
@@ -140,6 +156,8 @@ impl RewardChain {
             abs: s.alloc_zeros(envs)?,
             duration: s.alloc_zeros(envs)?,
             reward: s.alloc_zeros(envs)?,
+            chain_graph: GraphSlot::new("reward_chain"),
+            fused_graph: GraphSlot::new("reward_fused"),
         })
     }
 
@@ -171,11 +189,30 @@ impl RewardChain {
         ))
     }
 
+    /// Set the step buffers (a stage test starts a stage from the oracle's buffers).
+    pub fn upload_out(&mut self, out: &RewardOut) -> Result<()> {
+        let n = self.envs;
+        let lens = [out.pnl.len(), out.done.len(), out.work.len(), out.raw.len(), out.abs.len(), out.duration.len(), out.reward.len()];
+        if lens.iter().any(|&l| l != n) {
+            return Err(Error::Usage(format!("reward step buffers of lengths {lens:?} for a chain of {n} envs")));
+        }
+        let s = &self.stream;
+        s.memcpy_htod(&out.pnl, &mut self.pnl)?;
+        s.memcpy_htod(&out.done, &mut self.done)?;
+        s.memcpy_htod(&out.work, &mut self.work)?;
+        s.memcpy_htod(&out.raw, &mut self.raw)?;
+        s.memcpy_htod(&out.abs, &mut self.abs)?;
+        s.memcpy_htod(&out.duration, &mut self.duration)?;
+        s.memcpy_htod(&out.reward, &mut self.reward)?;
+        Ok(())
+    }
+
     pub fn read_out(&self) -> Result<RewardOut> {
         let s = &self.stream;
         Ok(RewardOut {
             pnl: s.clone_dtoh(&self.pnl)?,
             done: s.clone_dtoh(&self.done)?,
+            work: s.clone_dtoh(&self.work)?,
             raw: s.clone_dtoh(&self.raw)?,
             abs: s.clone_dtoh(&self.abs)?,
             duration: s.clone_dtoh(&self.duration)?,
@@ -201,10 +238,57 @@ impl RewardChain {
         &mut self.work
     }
 
-    /// One step of the fused path: the same state, outputs and results as [`RewardChain::run`]
-    /// from ONE launch of `reward_fused`.
-    pub fn run_fused(&mut self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+    /// One reward step on `realized` and `position` (N each) by `path`, eagerly.
+    pub fn step(&mut self, path: RewardPath, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         self.check_inputs(realized, position)?;
+        match path {
+            RewardPath::Chain => Stage::ALL.into_iter().try_for_each(|stage| self.launch_stage(stage, realized, position)),
+            RewardPath::Fused => self.launch_fused(realized, position),
+        }
+    }
+
+    /// [`RewardChain::step`] through the path's graph slot: eager once, then captured,
+    /// then replayed. The inputs must stay the same buffers (their contents may change).
+    pub fn step_graphed(&mut self, path: RewardPath, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        self.check_inputs(realized, position)?;
+        let binding = realized.device_ptr(&self.stream).0 ^ position.device_ptr(&self.stream).0.rotate_left(32);
+        let stream = self.stream.clone();
+        let which = match path {
+            RewardPath::Chain => &mut self.chain_graph,
+            RewardPath::Fused => &mut self.fused_graph,
+        };
+        let mut slot = std::mem::replace(which, GraphSlot::new("reward"));
+        let r = slot.run(&stream, binding, || self.step(path, realized, position));
+        match path {
+            RewardPath::Chain => self.chain_graph = slot,
+            RewardPath::Fused => self.fused_graph = slot,
+        }
+        r
+    }
+
+    pub fn graph_phase(&self, path: RewardPath) -> Phase {
+        match path {
+            RewardPath::Chain => self.chain_graph.phase(),
+            RewardPath::Fused => self.fused_graph.phase(),
+        }
+    }
+
+    /// The number of launches the path's captured step holds (None before capture).
+    pub fn graph_nodes(&self, path: RewardPath) -> Result<Option<usize>> {
+        match path {
+            RewardPath::Chain => self.chain_graph.nodes(),
+            RewardPath::Fused => self.fused_graph.nodes(),
+        }
+    }
+
+    /// One stage of the chain alone, on the state and step buffers as they are.
+    pub fn stage(&mut self, stage: Stage, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        self.check_inputs(realized, position)?;
+        self.launch_stage(stage, realized, position)
+    }
+
+    /// The fused kernel: the same state, outputs and results as the chain from ONE launch.
+    fn launch_fused(&mut self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         let cfg = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut l = self.stream.launch_builder(&self.k.fused);
         l.arg(realized)
@@ -230,11 +314,11 @@ impl RewardChain {
         Ok(())
     }
 
-    /// One step of the chain on `realized` and `position` (N each): twelve launches.
-    pub fn run(&mut self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
-        self.check_inputs(realized, position)?;
-        let (s, p, n) = (&self.stream, &self.p, self.envs);
-        let each = grid_stride(n);
+    /// The kernel (or, for the two reductions, the partial and the finalize kernels) of
+    /// one stage.
+    fn launch_stage(&mut self, stage: Stage, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        let (s, p, k) = (&self.stream, &self.p, &self.k);
+        let each = grid_stride(self.envs);
         let reduce = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let one_block = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let one_thread = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
@@ -244,29 +328,51 @@ impl RewardChain {
         // floats, `partial` 4 x blocks doubles; the partial kernels run on `blocks` blocks
         // of THREADS threads and the finalize kernels on one block of THREADS.
         unsafe {
-            let mut l = s.launch_builder(&self.k.pnl_delta);
-            l.arg(realized).arg(position).arg(p).arg(&mut self.prev_realized).arg(&self.prev_position);
-            l.arg(&mut self.pnl).arg(&mut self.done).arg(&mut self.work).launch(each)?;
-            let mut l = s.launch_builder(&self.k.shaping);
-            l.arg(position).arg(p).arg(&self.global).arg(&mut self.prev_position).arg(&self.steps_since_done);
-            l.arg(&self.done).arg(&mut self.work).launch(each)?;
-            s.launch_builder(&self.k.snapshot).arg(&self.work).arg(p).arg(&mut self.raw).launch(each)?;
-            s.launch_builder(&self.k.abs).arg(&self.raw).arg(p).arg(&mut self.abs).launch(each)?;
-            let mut l = s.launch_builder(&self.k.duration);
-            l.arg(&self.done).arg(p).arg(&mut self.steps_since_done).arg(&mut self.duration).launch(each)?;
-            let mut l = s.launch_builder(&self.k.ema_partial);
-            l.arg(&self.done).arg(&self.duration).arg(&self.pnl).arg(p).arg(&mut self.partial).launch(reduce)?;
-            let mut l = s.launch_builder(&self.k.ema_finalize);
-            l.arg(&self.partial).arg(&blocks).arg(p).arg(&mut self.global).launch(one_block)?;
-            let mut l = s.launch_builder(&self.k.outcome);
-            l.arg(&self.done).arg(&self.pnl).arg(p).arg(&mut self.outcome_ema).launch(each)?;
-            let mut l = s.launch_builder(&self.k.scale);
-            l.arg(&self.raw).arg(p).arg(&self.global).arg(&mut self.reward).launch(each)?;
-            s.launch_builder(&self.k.controllers).arg(p).arg(&mut self.global).launch(one_thread)?;
-            let mut l = s.launch_builder(&self.k.dispersion_partial);
-            l.arg(&self.reward).arg(p).arg(&mut self.partial).launch(reduce)?;
-            let mut l = s.launch_builder(&self.k.dispersion_finalize);
-            l.arg(&self.partial).arg(&blocks).arg(p).arg(&mut self.global).launch(one_block)?;
+            match stage {
+                Stage::PnlDelta => {
+                    let mut l = s.launch_builder(&k.pnl_delta);
+                    l.arg(realized).arg(position).arg(p).arg(&mut self.prev_realized).arg(&self.prev_position);
+                    l.arg(&mut self.pnl).arg(&mut self.done).arg(&mut self.work).launch(each)?;
+                }
+                Stage::Shaping => {
+                    let mut l = s.launch_builder(&k.shaping);
+                    l.arg(position).arg(p).arg(&self.global).arg(&mut self.prev_position).arg(&self.steps_since_done);
+                    l.arg(&self.done).arg(&mut self.work).launch(each)?;
+                }
+                Stage::Snapshot => {
+                    s.launch_builder(&k.snapshot).arg(&self.work).arg(p).arg(&mut self.raw).launch(each)?;
+                }
+                Stage::Abs => {
+                    s.launch_builder(&k.abs).arg(&self.raw).arg(p).arg(&mut self.abs).launch(each)?;
+                }
+                Stage::Duration => {
+                    let mut l = s.launch_builder(&k.duration);
+                    l.arg(&self.done).arg(p).arg(&mut self.steps_since_done).arg(&mut self.duration).launch(each)?;
+                }
+                Stage::Ema => {
+                    let mut l = s.launch_builder(&k.ema_partial);
+                    l.arg(&self.done).arg(&self.duration).arg(&self.pnl).arg(p).arg(&mut self.partial).launch(reduce)?;
+                    let mut l = s.launch_builder(&k.ema_finalize);
+                    l.arg(&self.partial).arg(&blocks).arg(p).arg(&mut self.global).launch(one_block)?;
+                }
+                Stage::Outcome => {
+                    let mut l = s.launch_builder(&k.outcome);
+                    l.arg(&self.done).arg(&self.pnl).arg(p).arg(&mut self.outcome_ema).launch(each)?;
+                }
+                Stage::Scale => {
+                    let mut l = s.launch_builder(&k.scale);
+                    l.arg(&self.raw).arg(p).arg(&self.global).arg(&mut self.reward).launch(each)?;
+                }
+                Stage::Controllers => {
+                    s.launch_builder(&k.controllers).arg(p).arg(&mut self.global).launch(one_thread)?;
+                }
+                Stage::Dispersion => {
+                    let mut l = s.launch_builder(&k.dispersion_partial);
+                    l.arg(&self.reward).arg(p).arg(&mut self.partial).launch(reduce)?;
+                    let mut l = s.launch_builder(&k.dispersion_finalize);
+                    l.arg(&self.partial).arg(&blocks).arg(p).arg(&mut self.global).launch(one_block)?;
+                }
+            }
         }
         Ok(())
     }

@@ -6,7 +6,8 @@ use crate::error::Result;
 use crate::fixtures::{self, Replayer};
 use crate::parity::{self, PerCase};
 use crate::runtime::Gpu;
-use rand::SeedableRng;
+use crate::reward::RewardPath;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -144,6 +145,27 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         let cfg = EnvConfig { envs: 256, seed, ..EnvConfig::default() };
         m.add("experience x50", parity::env::check_experience(gpu, &cfg, &em, split, 0.2, 50, 10)?.0);
         m.add("experience graph vs eager x10", parity::env::check_experience_graph(gpu, &cfg, &em, split, 10)?);
+    }
+    progress("reward pipeline");
+    {
+        use parity::reward::{self as pr, Mix};
+        use tallyho_oracle::reward::Stage;
+        let cfg = pr::check_config();
+        for i in 0..cases {
+            progress(&format!("reward case {}/{cases}", i + 1));
+            let (n, mix, s) = (rng.gen_range(1..=9000), Mix::ALL[rng.gen_range(0..3)], rng.gen::<u64>());
+            for stage in Stage::ALL {
+                m.add(stage.kernel(), pr::check_stage(gpu, &cfg, stage, n, mix, s)?);
+            }
+            m.add("reward_chain (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Chain, n, mix, 6, s)?);
+            m.add("reward_fused (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Fused, n, mix, 6, s)?);
+            m.add("reward_fused vs reward_chain x6", pr::check_fused_vs_chain(gpu, &cfg, n, 6, s)?);
+        }
+        progress("reward pipeline: graph replay, and 500 free-running steps");
+        for (path, name) in [(RewardPath::Chain, "reward_chain"), (RewardPath::Fused, "reward_fused")] {
+            m.add(&format!("{name} graph vs eager x10"), pr::check_graph(gpu, &cfg, path, 4096, 10, seed)?);
+            m.add(&format!("{name} EMAs x500 free-running"), pr::check_drift(gpu, &cfg, path, 4096, 500, seed)?);
+        }
     }
     progress("fixtures");
     match fixtures::check(fixture_dir, Replayer::Gpu(gpu)) {

@@ -1,157 +1,80 @@
-//! The unfused reward chain (cuda/reward_chain.cu) against the oracle's reward_chain, step
-//! by step: per-env outputs and state bitwise, the global statistics within
-//! REWARD_REDUCTION (the oracle then continues from the GPU's global, so each step is
-//! checked on its own), at N in {1, 3, 31, 256, 1000, 4096, 8192} with no dones, all
-//! dones and mixed.
+//! The reward pipeline against its oracle (spec: tallyho_oracle::reward; checks in
+//! tallyho::parity::reward): each chain stage alone, whole steps by the chain and by the
+//! fused kernel at N in {1, 3, 31, 256, 1000, 4096, 8192} with no dones, all dones and
+//! mixed, the fused kernel against the chain bitwise, both paths' graph replay against
+//! their eager runs, and the EMAs over 500 free-running steps within their drift bound.
 
 mod common;
 
 mod gpu {
     use super::common::*;
-    use rand::{Rng, SeedableRng};
-    use rand_chacha::ChaCha8Rng;
-    use tallyho::reward::RewardChain;
-    use tallyho_oracle::reward::{reward_chain, RewardConfig, RewardEnvs, RewardGlobal};
-    use tallyho_oracle::tolerance::{reward_dispersion, REWARD_REDUCTION};
-    use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, Comparison};
+    use tallyho::parity::reward::{check_config, check_drift, check_fused_vs_chain, check_graph, check_stage, check_steps, Mix, SIZES};
+    use tallyho::reward::RewardPath;
+    use tallyho_oracle::reward::{RewardConfig, Stage};
 
-    #[derive(Clone, Copy, Debug)]
-    enum Mix {
-        NoDones,
-        AllDones,
-        Mixed,
-    }
-
-    fn check(n: usize, mix: Mix, steps: usize, seed: u64, fused: bool) -> Vec<Comparison> {
+    #[test]
+    fn each_chain_stage_alone_matches_the_oracle_at_every_size_and_done_mix() {
         let gpu = gpu();
-        let cfg = RewardConfig { ema_rate: 0.2, scale_gain: 0.2, hold_gain: 0.2, ..RewardConfig::default() };
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut chain = RewardChain::new(&gpu, &cfg, n).unwrap();
-        let mut envs = RewardEnvs::new(n);
-        let mut global = RewardGlobal::new(&cfg);
-        let (mut realized, mut position) = (vec![0.0f32; n], vec![0i32; n]);
-        let mut out = Vec::new();
-        for t in 0..steps {
-            for i in 0..n {
-                let before = position[i];
-                position[i] = match mix {
-                    Mix::NoDones => 1,
-                    // Open at even steps, close at odd ones: every env closes every other step.
-                    Mix::AllDones => (t % 2 == 0) as i32 * if i % 2 == 0 { 2 } else { -3 },
-                    Mix::Mixed => {
-                        if rng.gen_bool(0.3) {
-                            rng.gen_range(-3..=3)
-                        } else {
-                            before
-                        }
-                    }
-                };
-                if position[i] != before {
-                    realized[i] += rng.gen_range(-50i32..50) as f32 * 0.25;
+        for stage in Stage::ALL {
+            for (k, &n) in SIZES.iter().enumerate() {
+                for mix in Mix::ALL {
+                    let c = check_stage(&gpu, &check_config(), stage, n, mix, 10 + k as u64).unwrap();
+                    let failures: Vec<String> = c.iter().filter_map(|c| c.check().err()).collect();
+                    assert!(failures.is_empty(), "{} at N = {n}, {mix:?}:\n{}", stage.kernel(), failures.join("\n"));
                 }
             }
-            let dr = gpu.stream.clone_htod(&realized).unwrap();
-            let dp = gpu.stream.clone_htod(&position).unwrap();
-            if fused {
-                let poison = vec![f32::NAN; n];
-                gpu.stream.memcpy_htod(&poison, chain.work()).unwrap();
-                chain.run_fused(&dr, &dp).unwrap();
-                // The chain's working buffer is untouched: the fused kernel alone ran.
-                assert!(gpu.stream.clone_dtoh(chain.work()).unwrap().iter().all(|x| x.is_nan()));
-            } else {
-                chain.run(&dr, &dp).unwrap();
-            }
-            let want = reward_chain(&cfg, &realized, &position, &mut envs, &mut global);
-            let got = chain.read_out().unwrap();
-            let (genvs, gglobal) = chain.download_state().unwrap();
-            let step = |name: &str| format!("step {t} {name}");
-            out.extend([
-                compare_bitwise(&step("pnl"), &got.pnl, &want.pnl),
-                compare_bitwise(&step("done"), &got.done, &want.done),
-                compare_bitwise(&step("raw"), &got.raw, &want.raw),
-                compare_bitwise(&step("abs"), &got.abs, &want.abs),
-                compare_exact(&step("duration"), &got.duration, &want.duration),
-                compare_bitwise(&step("reward"), &got.reward, &want.reward),
-                compare_bitwise(&step("prev_realized"), &genvs.prev_realized, &envs.prev_realized),
-                compare_exact(&step("prev_position"), &genvs.prev_position, &envs.prev_position),
-                compare_exact(&step("steps_since_done"), &genvs.steps_since_done, &envs.steps_since_done),
-                compare_bitwise(&step("outcome_ema"), &genvs.outcome_ema, &envs.outcome_ema),
-            ]);
-            let (gw, ww) = (gglobal.to_words(), global.to_words());
-            let g: Vec<f64> = ww.iter().map(|&x| f64::from(x)).collect();
-            // Word 5 is the dispersion, with its cancellation bound; the others one ulp.
-            let others = [0, 1, 2, 3, 4, 6, 7];
-            let pick = |w: &[f32; 8]| others.map(|j| w[j]);
-            let pick64: Vec<f64> = others.iter().map(|&j| g[j]).collect();
-            out.push(compare_f32(&step("global statistics"), &pick(&gw), &pick64, REWARD_REDUCTION));
-            let tol = reward_dispersion(&want.reward, cfg.dispersion_floor);
-            out.push(compare_f32(&step("dispersion"), &[gw[5]], &[g[5]], tol));
-            match mix {
-                Mix::NoDones => assert_eq!(gglobal.dones, 0.0),
-                Mix::AllDones if t % 2 == 1 => assert_eq!(gglobal.dones, n as f32),
-                _ => {}
-            }
-            global = gglobal; // continue from the GPU's statistics: each step checked alone
-        }
-        out
-    }
-
-    #[test]
-    fn unfused_reward_chain_matches_oracle_at_every_size_and_done_mix() {
-        for (k, n) in [1usize, 3, 31, 256, 1000, 4096, 8192].into_iter().enumerate() {
-            for mix in [Mix::NoDones, Mix::AllDones, Mix::Mixed] {
-                let c = check(n, mix, 12, 100 + k as u64, false);
-                let failures: Vec<String> = c.iter().filter_map(|c| c.check().err()).collect();
-                assert!(failures.is_empty(), "N = {n}, {mix:?}:\n{}", failures.join("\n"));
-            }
         }
     }
 
-    #[test]
-    fn fused_reward_matches_oracle_at_every_size_and_done_mix_in_one_launch() {
-        for (k, n) in [1usize, 3, 31, 256, 1000, 4096, 8192].into_iter().enumerate() {
-            for mix in [Mix::NoDones, Mix::AllDones, Mix::Mixed] {
-                let c = check(n, mix, 12, 200 + k as u64, true);
-                let failures: Vec<String> = c.iter().filter_map(|c| c.check().err()).collect();
-                assert!(failures.is_empty(), "N = {n}, {mix:?}:\n{}", failures.join("\n"));
-            }
-        }
-    }
-
-    /// The fused kernel against the unfused chain on the same inputs: every output and the
-    /// whole state bitwise equal at every step (same sums, same trees, same order).
-    #[test]
-    fn fused_reward_matches_unfused_chain_bitwise() {
+    fn steps_match(path: RewardPath, seed: u64) {
         let gpu = gpu();
-        let cfg = RewardConfig { ema_rate: 0.2, scale_gain: 0.2, hold_gain: 0.2, ..RewardConfig::default() };
-        for n in [1usize, 3, 31, 256, 1000, 4096, 8192] {
-            let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
-            let (mut a, mut b) = (RewardChain::new(&gpu, &cfg, n).unwrap(), RewardChain::new(&gpu, &cfg, n).unwrap());
-            let (mut realized, mut position) = (vec![0.0f32; n], vec![0i32; n]);
-            for t in 0..30 {
-                for i in 0..n {
-                    if rng.gen_bool(0.3) {
-                        position[i] = rng.gen_range(-3..=3);
-                        realized[i] += rng.gen_range(-50i32..50) as f32 * 0.25;
-                    }
-                }
-                let dr = gpu.stream.clone_htod(&realized).unwrap();
-                let dp = gpu.stream.clone_htod(&position).unwrap();
-                a.run(&dr, &dp).unwrap();
-                b.run_fused(&dr, &dp).unwrap();
-                let (oa, ob) = (a.read_out().unwrap(), b.read_out().unwrap());
-                let ((ea, ga), (eb, gb)) = (a.download_state().unwrap(), b.download_state().unwrap());
-                let c = [
-                    compare_bitwise("reward", &ob.reward, &oa.reward),
-                    compare_bitwise("raw", &ob.raw, &oa.raw),
-                    compare_bitwise("pnl", &ob.pnl, &oa.pnl),
-                    compare_bitwise("done", &ob.done, &oa.done),
-                    compare_bitwise("outcome_ema", &eb.outcome_ema, &ea.outcome_ema),
-                    compare_bitwise("global", &gb.to_words(), &ga.to_words()),
-                ];
-                assert_all(&c);
-                assert_eq!((ob.duration, eb.steps_since_done, eb.prev_position), (oa.duration, ea.steps_since_done, ea.prev_position), "N {n} step {t}");
+        for (k, &n) in SIZES.iter().enumerate() {
+            for mix in Mix::ALL {
+                let c = check_steps(&gpu, &check_config(), path, n, mix, 12, seed + k as u64).unwrap();
+                let failures: Vec<String> = c.iter().filter_map(|c| c.check().err()).collect();
+                assert!(failures.is_empty(), "{path:?} at N = {n}, {mix:?}:\n{}", failures.join("\n"));
             }
+        }
+    }
+
+    #[test]
+    fn unfused_reward_chain_matches_the_oracle_at_every_size_and_done_mix() {
+        steps_match(RewardPath::Chain, 100);
+    }
+
+    /// The chain's working buffer is poisoned before every fused step and is still poison
+    /// after it (`check_steps`): the chain's first stage writes it, so the chain did not run.
+    #[test]
+    fn fused_reward_matches_the_oracle_at_every_size_and_done_mix_without_the_chain() {
+        steps_match(RewardPath::Fused, 200);
+    }
+
+    #[test]
+    fn fused_reward_matches_the_unfused_chain_bitwise() {
+        let gpu = gpu();
+        for &n in &SIZES {
+            assert_all(&check_fused_vs_chain(&gpu, &check_config(), n, 30, n as u64).unwrap());
+        }
+    }
+
+    /// Also the proof that the fused path is one launch: its captured step has one node,
+    /// the chain's twelve.
+    #[test]
+    fn both_paths_replayed_as_graphs_are_bitwise_equal_to_their_eager_runs() {
+        let gpu = gpu();
+        for path in [RewardPath::Chain, RewardPath::Fused] {
+            for n in [1usize, 1000, 8192] {
+                assert_all(&check_graph(&gpu, &check_config(), path, n, 10, 300 + n as u64).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn the_emas_over_500_free_running_steps_stay_within_their_drift_bound() {
+        let gpu = gpu();
+        for path in [RewardPath::Chain, RewardPath::Fused] {
+            assert_all(&check_drift(&gpu, &check_config(), path, 1000, 500, 7).unwrap());
+            assert_all(&check_drift(&gpu, &RewardConfig::default(), path, 8192, 500, 8).unwrap());
         }
     }
 }

@@ -14,19 +14,63 @@
 use crate::config::{require, ConfigError};
 use serde::{Deserialize, Serialize};
 
-/// The stages of the chain, in order: the kernel names of the unfused path.
-pub const STAGES: [&str; 10] = [
-    "reward_pnl_delta",
-    "reward_shaping",
-    "reward_snapshot",
-    "reward_abs",
-    "reward_duration",
-    "reward_ema",
-    "reward_outcome",
-    "reward_scale",
-    "reward_controllers",
-    "reward_dispersion",
-];
+/// The stages of the chain, in order. Each is one kernel of the unfused path (the two
+/// reductions, `Ema` and `Dispersion`, a partial and a finalize launch) and one arm of
+/// [`reward_stage`]; [`Stage::kernel`] is the name they share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    PnlDelta,
+    Shaping,
+    Snapshot,
+    Abs,
+    Duration,
+    Ema,
+    Outcome,
+    Scale,
+    Controllers,
+    Dispersion,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 10] = [
+        Stage::PnlDelta,
+        Stage::Shaping,
+        Stage::Snapshot,
+        Stage::Abs,
+        Stage::Duration,
+        Stage::Ema,
+        Stage::Outcome,
+        Stage::Scale,
+        Stage::Controllers,
+        Stage::Dispersion,
+    ];
+
+    /// The stage's kernel name in cuda/reward_chain.cu (`reward_ema` and
+    /// `reward_dispersion` name a `_partial` and a `_finalize` kernel).
+    pub fn kernel(self) -> &'static str {
+        match self {
+            Stage::PnlDelta => "reward_pnl_delta",
+            Stage::Shaping => "reward_shaping",
+            Stage::Snapshot => "reward_snapshot",
+            Stage::Abs => "reward_abs",
+            Stage::Duration => "reward_duration",
+            Stage::Ema => "reward_ema",
+            Stage::Outcome => "reward_outcome",
+            Stage::Scale => "reward_scale",
+            Stage::Controllers => "reward_controllers",
+            Stage::Dispersion => "reward_dispersion",
+        }
+    }
+
+    /// Its position in [`Stage::ALL`] (a fixture's record of which stage ran).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn of_index(i: usize) -> Option<Stage> {
+        Stage::ALL.get(i).copied()
+    }
+}
 
 /// Constants of the reward pipeline.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -184,6 +228,9 @@ pub struct RewardOut {
     pub pnl: Vec<f32>,
     /// 1.0 where a trade closed this step (the position went to 0 or flipped).
     pub done: Vec<f32>,
+    /// The chain's working reward between stages 1 and 3 (the fused kernel keeps it in a
+    /// register and never writes this buffer).
+    pub work: Vec<f32>,
     /// The shaped reward before scaling (stage 3's snapshot).
     pub raw: Vec<f32>,
     /// |raw| (stage 4).
@@ -192,6 +239,20 @@ pub struct RewardOut {
     pub duration: Vec<u32>,
     /// The final reward: raw x scale (stage 8).
     pub reward: Vec<f32>,
+}
+
+impl RewardOut {
+    pub fn new(n: usize) -> Self {
+        RewardOut {
+            pnl: vec![0.0; n],
+            done: vec![0.0; n],
+            work: vec![0.0; n],
+            raw: vec![0.0; n],
+            abs: vec![0.0; n],
+            duration: vec![0; n],
+            reward: vec![0.0; n],
+        }
+    }
 }
 
 fn sign(x: f32) -> f32 {
@@ -204,16 +265,16 @@ fn sign(x: f32) -> f32 {
     }
 }
 
-/// One step of the chain for N envs with realized PnL `realized` and positions `position`
-/// after the fill. Each stage, in [`STAGES`] order:
+/// One stage for N envs with realized PnL `realized` and positions `position` after the
+/// fill, on the step's buffers `out`. The stages, in [`Stage::ALL`] order:
 /// 1. `reward_pnl_delta`: `pnl = realized - prev_realized`; done where `prev_position != 0`
-///    and the position is 0 or of the other sign (a trade closed); reward = pnl;
+///    and the position is 0 or of the other sign (a trade closed); work = pnl;
 ///    `prev_realized = realized`.
-/// 2. `reward_shaping`: `- entry_cost` where a position opens from flat, `+ hold_bonus`
+/// 2. `reward_shaping` (on work): `- entry_cost` where a position opens from flat, `+ hold_bonus`
 ///    (the global's) where a position is held, `- min_hold_penalty` where a trade closed
 ///    after fewer than `min_hold` steps (`steps_since_done + 1 < min_hold`);
 ///    `prev_position = position`.
-/// 3. `reward_snapshot`: raw = reward. 4. `reward_abs`: abs = |raw|.
+/// 3. `reward_snapshot`: raw = work. 4. `reward_abs`: abs = |raw|.
 /// 5. `reward_duration`: where done, duration = steps_since_done + 1 and the count
 ///    restarts at 0, else it counts up and duration = 0.
 /// 6. `reward_ema`: over the envs with a done (if any), the means of duration, |pnl| and
@@ -229,6 +290,109 @@ fn sign(x: f32) -> f32 {
 /// 10. `reward_dispersion`: over all N final rewards, in one pass of double sums
 ///     `m = sum r / N`, `v = max(sum r^2 / N - m^2, 0)` (the form one fused reduction
 ///     computes): `dispersion = v / max(|m|, dispersion_floor)`.
+pub fn reward_stage(
+    stage: Stage,
+    cfg: &RewardConfig,
+    realized: &[f32],
+    position: &[i32],
+    envs: &mut RewardEnvs,
+    global: &mut RewardGlobal,
+    out: &mut RewardOut,
+) {
+    let n = envs.len();
+    let closed = |out: &RewardOut, i: usize| out.done[i] == 1.0;
+    match stage {
+        Stage::PnlDelta => {
+            for i in 0..n {
+                out.pnl[i] = realized[i] - envs.prev_realized[i];
+                let (before, now) = (envs.prev_position[i], position[i]);
+                let closed = before != 0 && (now == 0 || (now > 0) != (before > 0));
+                out.done[i] = if closed { 1.0 } else { 0.0 };
+                out.work[i] = out.pnl[i];
+                envs.prev_realized[i] = realized[i];
+            }
+        }
+        Stage::Shaping => {
+            for i in 0..n {
+                let (before, now) = (envs.prev_position[i], position[i]);
+                if before == 0 && now != 0 {
+                    out.work[i] -= cfg.entry_cost;
+                }
+                if now != 0 {
+                    out.work[i] += global.hold_bonus;
+                }
+                if closed(out, i) && envs.steps_since_done[i] + 1 < cfg.min_hold {
+                    out.work[i] -= cfg.min_hold_penalty;
+                }
+                envs.prev_position[i] = now;
+            }
+        }
+        Stage::Snapshot => out.raw.copy_from_slice(&out.work),
+        Stage::Abs => {
+            for i in 0..n {
+                out.abs[i] = out.raw[i].abs();
+            }
+        }
+        Stage::Duration => {
+            for i in 0..n {
+                if closed(out, i) {
+                    out.duration[i] = envs.steps_since_done[i] + 1;
+                    envs.steps_since_done[i] = 0;
+                } else {
+                    out.duration[i] = 0;
+                    envs.steps_since_done[i] += 1;
+                }
+            }
+        }
+        Stage::Ema => {
+            let (mut count, mut dur, mut abs_pnl, mut outcome) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+            for i in (0..n).filter(|&i| closed(out, i)) {
+                count += 1.0;
+                dur += f64::from(out.duration[i]);
+                abs_pnl += f64::from(out.pnl[i].abs());
+                outcome += f64::from(sign(out.pnl[i]));
+            }
+            global.dones = count as f32;
+            if count > 0.0 {
+                let rate = f64::from(cfg.ema_rate);
+                let step = |e: f32, mean: f64| (f64::from(e) + rate * (mean - f64::from(e))) as f32;
+                global.ema_duration = step(global.ema_duration, dur / count);
+                global.ema_abs_pnl = step(global.ema_abs_pnl, abs_pnl / count);
+                global.ema_outcome = step(global.ema_outcome, outcome / count);
+                global.updates += 1.0;
+            }
+        }
+        Stage::Outcome => {
+            for i in (0..n).filter(|&i| closed(out, i)) {
+                let o = envs.outcome_ema[i];
+                envs.outcome_ema[i] = o + cfg.outcome_rate * (sign(out.pnl[i]) - o);
+            }
+        }
+        Stage::Scale => {
+            for i in 0..n {
+                out.reward[i] = out.raw[i] * global.scale;
+            }
+        }
+        Stage::Controllers => {
+            if global.dones > 0.0 {
+                let mapped = (global.scale * global.ema_abs_pnl).max(f32::MIN_POSITIVE);
+                let scale = global.scale * (1.0 + cfg.scale_gain * (cfg.target_abs_reward / mapped - 1.0));
+                global.scale = scale.clamp(cfg.scale_min, cfg.scale_max);
+                let hold = global.hold_bonus
+                    + cfg.hold_gain * cfg.hold_bonus_max * ((cfg.target_duration - global.ema_duration) / cfg.target_duration);
+                global.hold_bonus = hold.clamp(0.0, cfg.hold_bonus_max);
+            }
+        }
+        Stage::Dispersion => {
+            let count = n.max(1) as f64;
+            let mean = out.reward.iter().map(|&r| f64::from(r)).sum::<f64>() / count;
+            let var = (out.reward.iter().map(|&r| f64::from(r) * f64::from(r)).sum::<f64>() / count - mean * mean).max(0.0);
+            global.dispersion = (var / mean.abs().max(f64::from(cfg.dispersion_floor))) as f32;
+        }
+    }
+}
+
+/// One step of the chain: every stage in order on fresh buffers.
 pub fn reward_chain(
     cfg: &RewardConfig,
     realized: &[f32],
@@ -236,92 +400,9 @@ pub fn reward_chain(
     envs: &mut RewardEnvs,
     global: &mut RewardGlobal,
 ) -> RewardOut {
-    let n = envs.len();
-    let mut out = RewardOut {
-        pnl: vec![0.0; n],
-        done: vec![0.0; n],
-        raw: vec![0.0; n],
-        abs: vec![0.0; n],
-        duration: vec![0; n],
-        reward: vec![0.0; n],
-    };
-    let mut reward = vec![0.0f32; n];
-    // 1. reward_pnl_delta
-    for i in 0..n {
-        out.pnl[i] = realized[i] - envs.prev_realized[i];
-        let (before, now) = (envs.prev_position[i], position[i]);
-        let closed = before != 0 && (now == 0 || (now > 0) != (before > 0));
-        out.done[i] = if closed { 1.0 } else { 0.0 };
-        reward[i] = out.pnl[i];
-        envs.prev_realized[i] = realized[i];
+    let mut out = RewardOut::new(envs.len());
+    for stage in Stage::ALL {
+        reward_stage(stage, cfg, realized, position, envs, global, &mut out);
     }
-    // 2. reward_shaping
-    for i in 0..n {
-        let (before, now) = (envs.prev_position[i], position[i]);
-        if before == 0 && now != 0 {
-            reward[i] -= cfg.entry_cost;
-        }
-        if now != 0 {
-            reward[i] += global.hold_bonus;
-        }
-        if out.done[i] == 1.0 && envs.steps_since_done[i] + 1 < cfg.min_hold {
-            reward[i] -= cfg.min_hold_penalty;
-        }
-        envs.prev_position[i] = now;
-    }
-    // 3. reward_snapshot, 4. reward_abs
-    out.raw.copy_from_slice(&reward);
-    for i in 0..n {
-        out.abs[i] = out.raw[i].abs();
-    }
-    // 5. reward_duration
-    for i in 0..n {
-        if out.done[i] == 1.0 {
-            out.duration[i] = envs.steps_since_done[i] + 1;
-            envs.steps_since_done[i] = 0;
-        } else {
-            envs.steps_since_done[i] += 1;
-        }
-    }
-    // 6. reward_ema
-    let (mut count, mut dur, mut abs_pnl, mut outcome) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-    for i in (0..n).filter(|&i| out.done[i] == 1.0) {
-        count += 1.0;
-        dur += f64::from(out.duration[i]);
-        abs_pnl += f64::from(out.pnl[i].abs());
-        outcome += f64::from(sign(out.pnl[i]));
-    }
-    global.dones = count as f32;
-    if count > 0.0 {
-        let rate = f64::from(cfg.ema_rate);
-        let step = |e: f32, mean: f64| (f64::from(e) + rate * (mean - f64::from(e))) as f32;
-        global.ema_duration = step(global.ema_duration, dur / count);
-        global.ema_abs_pnl = step(global.ema_abs_pnl, abs_pnl / count);
-        global.ema_outcome = step(global.ema_outcome, outcome / count);
-        global.updates += 1.0;
-    }
-    // 7. reward_outcome
-    for i in (0..n).filter(|&i| out.done[i] == 1.0) {
-        let o = envs.outcome_ema[i];
-        envs.outcome_ema[i] = o + cfg.outcome_rate * (sign(out.pnl[i]) - o);
-    }
-    // 8. reward_scale
-    for i in 0..n {
-        out.reward[i] = out.raw[i] * global.scale;
-    }
-    // 9. reward_controllers
-    if count > 0.0 {
-        let mapped = (global.scale * global.ema_abs_pnl).max(f32::MIN_POSITIVE);
-        let scale = global.scale * (1.0 + cfg.scale_gain * (cfg.target_abs_reward / mapped - 1.0));
-        global.scale = scale.clamp(cfg.scale_min, cfg.scale_max);
-        let hold = global.hold_bonus
-            + cfg.hold_gain * cfg.hold_bonus_max * ((cfg.target_duration - global.ema_duration) / cfg.target_duration);
-        global.hold_bonus = hold.clamp(0.0, cfg.hold_bonus_max);
-    }
-    // 10. reward_dispersion
-    let count = n.max(1) as f64;
-    let mean = out.reward.iter().map(|&r| f64::from(r)).sum::<f64>() / count;
-    let var = (out.reward.iter().map(|&r| f64::from(r) * f64::from(r)).sum::<f64>() / count - mean * mean).max(0.0);
-    global.dispersion = (var / mean.abs().max(f64::from(cfg.dispersion_floor))) as f32;
     out
 }

@@ -160,3 +160,20 @@ pub fn reward_dispersion(rewards: &[f32], floor: f32) -> Tolerance {
         reason: "one-pass double variance in another order: 2 (N - 1) u E r^2 / |m| absolute, 1 float ulp relative",
     }
 }
+
+/// The three global EMAs of the reward pipeline after many steps run free (neither side
+/// resynchronised). Their inputs (the means over the closed trades) do not depend on the
+/// global state, so the two sides differ only by their rounding: each step both round a
+/// double `(1 - r) e + r m` once to float (at most `2^-24 M` each, `M` the largest |EMA|
+/// on the way, the means' double sums adding ~`2^-50 M`), and the difference carried from
+/// the step before shrinks by `1 - r`. So `delta <= (1 - r) delta + (2^-23 + 2^-50) M`,
+/// whose fixed point is the bound: `(2^-23 + 2^-50) M / r`, absolute.
+pub fn reward_ema_drift(max_abs: f64, ema_rate: f32) -> Tolerance {
+    Tolerance {
+        atol: (2f64.powi(-23) + 2f64.powi(-50)) * max_abs / f64::from(ema_rate),
+        rtol: 0.0,
+        exact: false,
+        norm: false,
+        reason: "each step rounds once per side and the EMA shrinks the carried error by 1 - rate: (2^-23 + 2^-50) max|EMA| / rate",
+    }
+}

@@ -109,5 +109,50 @@ fn the_global_state_round_trips_through_its_words_and_bad_configs_are_refused() 
     assert!(err.contains("ema_rate = 0 is outside (0, 1]"), "{err}");
     assert!(RewardConfig { hold_bonus: 1.0, ..RewardConfig::default() }.validate().is_err());
     assert!(RewardConfig { scale_min: f32::NAN, ..RewardConfig::default() }.validate().is_err());
-    assert_eq!(STAGES.len(), 10);
+    assert!(Stage::ALL.iter().enumerate().all(|(i, s)| s.index() == i && Stage::of_index(i) == Some(*s)));
+    assert_eq!(Stage::ALL.map(Stage::kernel)[5], "reward_ema");
+}
+
+/// The drift bound of `tolerance::reward_ema_drift` on the CPU: the same 500 steps with the
+/// envs in reverse order sum every reduction in another order, and the double sums do come
+/// out different (checked, so the case exercises reordering); the EMAs stay within the bound.
+#[test]
+fn the_emas_summed_in_another_order_stay_within_the_drift_bound_over_500_steps() {
+    use rand::{Rng, SeedableRng};
+    use tallyho_oracle::tolerance::reward_ema_drift;
+    let c = RewardConfig { ema_rate: 0.2, ..RewardConfig::default() };
+    let n = 777;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let (mut realized, mut position) = (vec![0.0f32; n], vec![0i32; n]);
+    let (mut fwd, mut rev) = ((RewardEnvs::new(n), RewardGlobal::new(&c)), (RewardEnvs::new(n), RewardGlobal::new(&c)));
+    let (mut a, mut b) = (vec![], vec![]);
+    let mut sums_differed = false;
+    for _ in 0..500 {
+        for i in 0..n {
+            if rng.gen_bool(0.3) {
+                let before = position[i];
+                position[i] = rng.gen_range(-3..=3);
+                if before != 0 && position[i] != before {
+                    // Magnitudes 1 down to 1e-12 across envs: the double sums then round.
+                    realized[i] += rng.gen_range(-50.0f32..50.0) * 10f32.powi(-((i % 13) as i32));
+                }
+            }
+        }
+        let o = reward_chain(&c, &realized, &position, &mut fwd.0, &mut fwd.1);
+        let closed: Vec<f64> = (0..n).filter(|&i| o.done[i] == 1.0).map(|i| f64::from(o.pnl[i].abs())).collect();
+        sums_differed |= closed.iter().sum::<f64>() != closed.iter().rev().sum::<f64>();
+        let (rr, rp): (Vec<f32>, Vec<i32>) = (realized.iter().rev().copied().collect(), position.iter().rev().copied().collect());
+        reward_chain(&c, &rr, &rp, &mut rev.0, &mut rev.1);
+        a.push([fwd.1.ema_duration, fwd.1.ema_abs_pnl, fwd.1.ema_outcome]);
+        b.push([rev.1.ema_duration, rev.1.ema_abs_pnl, rev.1.ema_outcome]);
+    }
+    assert!(sums_differed, "the two orders summed every |PnL| alike: the case does not exercise reordering");
+    for j in 0..3 {
+        let m = a.iter().map(|w| f64::from(w[j]).abs()).fold(0.0, f64::max) * (1.0 + 1e-6);
+        let tol = reward_ema_drift(m, c.ema_rate);
+        for (x, y) in a.iter().zip(&b) {
+            let d = (f64::from(x[j]) - f64::from(y[j])).abs();
+            assert!(d <= tol.atol, "EMA {j}: {} vs {}: {d} > {}", x[j], y[j], tol.atol);
+        }
+    }
 }

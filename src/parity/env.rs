@@ -2,6 +2,7 @@
 //! markets, portfolios, Q-values and actions, every output compared bitwise
 //! (`tolerance::ENV`: both sides run the same float32 operations in the same order).
 
+use super::merge_step;
 use crate::env::Env;
 use crate::error::Result;
 use crate::runtime::Gpu;
@@ -282,20 +283,6 @@ pub fn check_experience(
         merge_step(&mut out, t, c);
     }
     Ok((out, activity))
-}
-
-/// Merge step `t`'s comparisons into one row per output across steps, a failing one
-/// named with the step it first failed at.
-fn merge_step(out: &mut Vec<Comparison>, t: usize, step: Vec<Comparison>) {
-    for mut c in step {
-        if !c.passed() {
-            c.output = format!("{} (first failure at step {t})", c.output);
-        }
-        match out.iter_mut().find(|o| o.output == c.output) {
-            Some(o) => o.merge(&c),
-            None => out.push(c),
-        }
-    }
 }
 
 /// What an experience trajectory did (oracle side).
