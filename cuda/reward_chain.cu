@@ -74,7 +74,7 @@ extern "C" __global__ void reward_duration(const float* __restrict__ done, const
 extern "C" __global__ void reward_ema_partial(const float* __restrict__ done, const unsigned int* __restrict__ duration,
                                               const float* __restrict__ pnl, const RewardParams p,
                                               double* __restrict__ partial) {
-    __shared__ double s[REWARD_THREADS];
+    __shared__ double s[4 * REWARD_WARPS];
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
     FOR_EACH_ENV(i, p.envs) {
         if (done[i] == 1.0f) {
@@ -84,22 +84,20 @@ extern "C" __global__ void reward_ema_partial(const float* __restrict__ done, co
             acc[3] += (double)sign_f(pnl[i]);
         }
     }
-    for (int j = 0; j < 4; ++j) {
-        const double t = tree_sum(acc[j], s);
-        if (threadIdx.x == 0) partial[4 * blockIdx.x + j] = t;
-    }
+    block_sum(acc, s);
+    if (threadIdx.x == 0)
+        for (int j = 0; j < 4; ++j) partial[4 * blockIdx.x + j] = acc[j];
 }
 
 // Stage 6, part 2 (ONE block): the sums over blocks, then the three EMAs where any env was done.
 extern "C" __global__ void reward_ema_finalize(const double* __restrict__ partial, unsigned int blocks,
                                                const RewardParams p, float* __restrict__ global) {
-    __shared__ double s[REWARD_THREADS];
+    __shared__ double s[4 * REWARD_WARPS];
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
     for (unsigned int b = threadIdx.x; b < blocks; b += REWARD_THREADS)
         for (int j = 0; j < 4; ++j) acc[j] += partial[4 * b + j];
-    double tot[4];
-    for (int j = 0; j < 4; ++j) tot[j] = tree_sum(acc[j], s);
-    if (threadIdx.x == 0) reward_ema_update(tot, p, global);
+    block_sum(acc, s);
+    if (threadIdx.x == 0) reward_ema_update(acc, p, global);
 }
 
 extern "C" __global__ void reward_outcome(const float* __restrict__ done, const float* __restrict__ pnl,
@@ -126,29 +124,29 @@ extern "C" __global__ void reward_controllers(const RewardParams p, float* __res
 // Stage 10, part 1: per block, sum r and sum r^2 of the final rewards: partial[2 block + 0..1].
 extern "C" __global__ void reward_dispersion_partial(const float* __restrict__ reward, const RewardParams p,
                                                      double* __restrict__ partial) {
-    __shared__ double s[REWARD_THREADS];
-    double sum = 0.0, sq = 0.0;
+    __shared__ double s[2 * REWARD_WARPS];
+    double acc[2] = {0.0, 0.0};
     FOR_EACH_ENV(i, p.envs) {
         const double r = (double)reward[i];
-        sum += r;
-        sq += r * r;
+        acc[0] += r;
+        acc[1] += r * r;
     }
-    sum = tree_sum(sum, s);
-    if (threadIdx.x == 0) partial[2 * blockIdx.x] = sum;
-    sq = tree_sum(sq, s);
-    if (threadIdx.x == 0) partial[2 * blockIdx.x + 1] = sq;
+    block_sum(acc, s);
+    if (threadIdx.x == 0) {
+        partial[2 * blockIdx.x] = acc[0];
+        partial[2 * blockIdx.x + 1] = acc[1];
+    }
 }
 
 // Stage 10, part 2 (ONE block): dispersion = max(E r^2 - m^2, 0) / max(|m|, floor).
 extern "C" __global__ void reward_dispersion_finalize(const double* __restrict__ partial, unsigned int blocks,
                                                       const RewardParams p, float* __restrict__ global) {
-    __shared__ double s[REWARD_THREADS];
-    double sum = 0.0, sq = 0.0;
+    __shared__ double s[2 * REWARD_WARPS];
+    double acc[2] = {0.0, 0.0};
     for (unsigned int b = threadIdx.x; b < blocks; b += REWARD_THREADS) {
-        sum += partial[2 * b];
-        sq += partial[2 * b + 1];
+        acc[0] += partial[2 * b];
+        acc[1] += partial[2 * b + 1];
     }
-    sum = tree_sum(sum, s);
-    sq = tree_sum(sq, s);
-    if (threadIdx.x == 0) reward_dispersion_update(sum, sq, p, global);
+    block_sum(acc, s);
+    if (threadIdx.x == 0) reward_dispersion_update(acc[0], acc[1], p, global);
 }

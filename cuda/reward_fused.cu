@@ -3,8 +3,8 @@
 // outcome EMA, scaling: the scale is read before the controllers change it, as in the
 // chain) for its envs in index order and accumulates the six sums of the two reductions
 // (dones, durations, |pnl|, outcomes; sum r, sum r^2) in double. Each block reduces them
-// in a fixed tree and writes its partials; the LAST block to finish (a ticket counter,
-// after a memory fence) sums all blocks' partials in a fixed tree, which does not depend
+// with block_sum and writes its partials; the LAST block to finish (a ticket counter,
+// after a memory fence) sums all blocks' partials the same way, in an order that does not depend
 // on which block is last, then updates the EMAs, the controllers and the dispersion
 // statistic, and re-arms the ticket. So the results are the chain's, bit for bit, and the
 // same at every launch. Grid: at most 1024 blocks of REWARD_THREADS threads.
@@ -22,7 +22,7 @@ extern "C" __global__ void reward_fused(const float* __restrict__ realized, cons
                                         float* __restrict__ pnl_out, float* __restrict__ done_out,
                                         float* __restrict__ raw_out, float* __restrict__ abs_out,
                                         unsigned int* __restrict__ duration_out, float* __restrict__ reward_out) {
-    __shared__ double s[REWARD_THREADS];
+    __shared__ double s[SUMS * REWARD_WARPS];
     __shared__ bool last;
     const float hold_bonus = global[G_HOLD_BONUS], scale = global[G_SCALE];
     double acc[SUMS] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
@@ -62,23 +62,19 @@ extern "C" __global__ void reward_fused(const float* __restrict__ realized, cons
         pnl_out[i] = pnl;
         done_out[i] = done ? 1.0f : 0.0f;
     }
-    for (int j = 0; j < SUMS; ++j) {
-        const double t = tree_sum(acc[j], s);
-        if (threadIdx.x == 0) partial[SUMS * blockIdx.x + j] = t;
-    }
+    block_sum(acc, s);
     if (threadIdx.x == 0) {
+        for (int j = 0; j < SUMS; ++j) partial[SUMS * blockIdx.x + j] = acc[j];
         __threadfence();  // this block's partials are visible before its ticket
         last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     }
     __syncthreads();
     if (!last) return;
     __threadfence();
-    double tot[SUMS];
-    for (int j = 0; j < SUMS; ++j) {
-        double a = 0.0;
-        for (unsigned int b = threadIdx.x; b < gridDim.x; b += REWARD_THREADS) a += ((volatile double*)partial)[SUMS * b + j];
-        tot[j] = tree_sum(a, s);
-    }
+    double tot[SUMS] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    for (unsigned int b = threadIdx.x; b < gridDim.x; b += REWARD_THREADS)
+        for (int j = 0; j < SUMS; ++j) tot[j] += ((volatile double*)partial)[SUMS * b + j];
+    block_sum(tot, s);
     if (threadIdx.x != 0) return;
     *ticket = 0u;
     reward_ema_update(tot, p, global);

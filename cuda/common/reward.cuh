@@ -1,10 +1,11 @@
 // The reward pipeline's shared pieces (cuda/reward_chain.cu, cuda/reward_fused.cu): the
 // constants, the global state's word indices (oracle RewardGlobal::to_words), the
-// fixed-tree block sum, and the updates of the global state from the reductions' totals.
+// fixed-order block sum, and the updates of the global state from the reductions' totals.
 // Both paths call the same functions on the same totals, so they agree bit for bit.
 #pragma once
 
 #define REWARD_THREADS 256
+#define REWARD_WARPS (REWARD_THREADS / 32)
 #define G_EMA_DURATION 0
 #define G_EMA_ABS_PNL 1
 #define G_EMA_OUTCOME 2
@@ -26,16 +27,32 @@ __device__ __forceinline__ float sign_f(float x) { return x > 0.0f ? 1.0f : (x <
 // Rust's f32::clamp: NaN stays NaN.
 __device__ __forceinline__ float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-// Fixed-tree sum of one double per thread over a block of REWARD_THREADS; every thread gets it.
-__device__ __forceinline__ double tree_sum(double v, double* s) {
+// Fixed-order sums of K doubles per thread over a block of REWARD_THREADS: each warp adds
+// by shuffles at offsets 16, 8, 4, 2, 1, then warp 0 adds the REWARD_WARPS warp totals the
+// same way. Thread 0 ends with the K block totals in v (other threads' v are partial). The
+// order depends on nothing but the thread index, so every launch gives the same bits, and
+// each of the K sums is formed alike whatever K is (the chain's reductions of 4 and 2
+// values and the fused kernel's of 6 agree bit for bit). s: K * REWARD_WARPS doubles of
+// shared memory, free for reuse when this returns.
+template <int K>
+__device__ __forceinline__ void block_sum(double (&v)[K], double* s) {
+    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+        for (int o = 16; o > 0; o >>= 1) v[j] += __shfl_down_sync(0xffffffffu, v[j], o);
+    __syncthreads();  // s may still be read by a previous block_sum
+    if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < K; ++j) s[warp * K + j] = v[j];
     __syncthreads();
-    s[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned int stride = REWARD_THREADS / 2; stride > 0; stride >>= 1) {
-        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
-        __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int j = 0; j < K; ++j) {
+            double x = lane < REWARD_WARPS ? s[lane * K + j] : 0.0;
+            for (int o = REWARD_WARPS / 2; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
+            v[j] = x;
+        }
     }
-    return s[0];
 }
 
 // Stage 6 `reward_ema` from the totals (count, sum of durations, of |pnl|, of outcomes).

@@ -188,7 +188,39 @@ pub fn check_stage(gpu: &Gpu, cfg: &RewardConfig, stage: Stage, n: usize, mix: M
     let mut c = compare_out(&chain.read_out()?, &out, true);
     c.extend(compare_envs(&genvs, &envs));
     c.extend(compare_global(cfg, &[stage], &before, &gglobal, &global, &out.reward));
-    Ok(c)
+    Ok(fold_unchanged(stage, c))
+}
+
+/// The outputs (comparison names) a stage writes.
+fn writes(stage: Stage) -> &'static [&'static str] {
+    match stage {
+        Stage::PnlDelta => &["pnl", "done", "work", "prev_realized"],
+        Stage::Shaping => &["work", "prev_position"],
+        Stage::Snapshot => &["raw"],
+        Stage::Abs => &["abs"],
+        Stage::Duration => &["duration", "steps_since_done"],
+        Stage::Ema => &["global EMAs", "global dones, updates"],
+        Stage::Outcome => &["outcome_ema"],
+        Stage::Scale => &["reward"],
+        Stage::Controllers => &["global scale, hold_bonus"],
+        Stage::Dispersion => &["global dispersion"],
+    }
+}
+
+/// One row per output `stage` writes; the buffers it must leave alone folded into one
+/// passing row (a failing one keeps its own row and name).
+fn fold_unchanged(stage: Stage, c: Vec<Comparison>) -> Vec<Comparison> {
+    let (mut out, rest): (Vec<_>, Vec<_>) = c.into_iter().partition(|c| writes(stage).contains(&c.output.as_str()));
+    let mut unchanged: Option<Comparison> = None;
+    for r in rest {
+        match &mut unchanged {
+            _ if !r.passed() => out.push(r),
+            Some(u) => u.merge(&r),
+            None => unchanged = Some(Comparison { output: "every other buffer and state word, unchanged".into(), ..r }),
+        }
+    }
+    out.extend(unchanged);
+    out
 }
 
 /// `steps` whole steps by `path` against the oracle's chain, each step checked on its own
