@@ -58,8 +58,12 @@ impl Acting {
     }
 }
 
-/// Threads of a `qnet_head` block: four warps, one action each at a time.
-const HEAD_THREADS: u32 = 128;
+/// Threads of a `qnet_head` block: one warp per action (all of a row's actions at once,
+/// so the block's latency is one action's softmax, not A / 4 of them), at least four warps
+/// and at most 32. The results do not depend on it: each action's warp computes the same.
+fn head_threads(actions: usize) -> u32 {
+    (32 * actions.clamp(4, 32)) as u32
+}
 /// The two networks of a forward: online (0) and target (1).
 const NETS: usize = 2;
 
@@ -936,7 +940,7 @@ fn launch_head(
         .arg(out.q);
     let launch = LaunchConfig {
         grid_dim: (rows32, nets as u32, 1),
-        block_dim: (HEAD_THREADS, 1, 1),
+        block_dim: (head_threads(d.qw), 1, 1),
         shared_mem_bytes: ((2 * d.lw + d.ow) * 8) as u32,
     };
     // SAFETY: follows qnet_head's signature: y is nets x rows x ow, bias ow floats at each
