@@ -1,7 +1,8 @@
 // qnet_adam: Adam with bias correction (Kingma and Ba 2015; PyTorch Adam, no weight decay) on
-// the flat parameters, the gradient scaled by the clip scale, step t and scale read from the
-// device control block (t already advanced by qnet_grad_norm_finalize). Arithmetic in double,
-// each stored value rounded once to float. Oracle: qnet::adam_step after qnet::clip_grads.
+// the flat parameters, the gradient scaled by the clip scale; the step's clip scale and bias
+// corrections read from the device control block (written by qnet_grad_norm, which advanced
+// the step). Arithmetic in double, each stored value rounded once to float.
+// Oracle: qnet::adam_step after qnet::clip_grads.
 // Grid: grid-stride over n, any grid.
 #include "common/qnet.cuh"
 
@@ -9,16 +10,8 @@ extern "C" __global__ void qnet_adam(float* __restrict__ p, const float* __restr
                                      float* __restrict__ m, float* __restrict__ v, unsigned long long n,
                                      const OptCtl* __restrict__ ctl, float lr, float beta1, float beta2,
                                      float eps) {
-    // The bias corrections once per block (pow in double is long), shared with its threads.
-    __shared__ double corrections[2];
     const double b1 = beta1, b2 = beta2;
-    if (threadIdx.x == 0) {
-        const double t = (double)ctl->step;
-        corrections[0] = 1.0 - pow(b1, t);
-        corrections[1] = 1.0 - pow(b2, t);
-    }
-    __syncthreads();
-    const double scale = ctl->scale, bc1 = corrections[0], bc2 = corrections[1];
+    const double scale = ctl->scale, bc1 = ctl->bias1, bc2 = ctl->bias2;
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
         const double gi = (double)g[i] * scale;

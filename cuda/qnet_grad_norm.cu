@@ -1,43 +1,39 @@
 // qnet_grad_norm: global L2 norm of the flat gradient as a deterministic two-stage reduction
-// in double, then the clip scale min(1, max_norm / (norm + 1e-6)) and the Adam step counter
-// advanced, all in the device control block OptCtl. Oracle: qnet::grad_norm, qnet::clip_grads.
-//   qnet_grad_norm_partial:  any grid of 256-thread blocks; block b writes partial[b]
-//                            (grid-stride sum per thread, then a fixed tree over the block).
-//   qnet_grad_norm_finalize: ONE block of 256 threads over `blocks` partials.
+// in double, then the clip scale min(1, max_norm / (norm + 1e-6)), the Adam step counter
+// advanced and the step's bias corrections 1 - beta^t, all in the device control block
+// OptCtl. One launch: block b sums its grid-stride share into partial[b] (a fixed tree over
+// the block); the block that finishes last sums the partials in index order, whichever
+// block that is, so every launch gives the same bits. Oracle: qnet::grad_norm,
+// qnet::clip_grads, qnet::adam_step (the corrections).
+// Grid: any number of 256-thread blocks, `partial` one double per block, `done` a zero
+// word (the last block returns it to zero).
 #include "common/qnet.cuh"
+#include "common/grid.cuh"
 
-__device__ __forceinline__ double block_sum_256(double v) {
+extern "C" __global__ void qnet_grad_norm(const float* __restrict__ g, unsigned long long n,
+                                          double* __restrict__ partial, unsigned int* __restrict__ done,
+                                          float max_norm, float beta1, float beta2, OptCtl* __restrict__ ctl) {
     __shared__ double s[256];
-    s[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned int stride = 128; stride > 0; stride >>= 1) {
-        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
-        __syncthreads();
-    }
-    return s[0];
-}
-
-extern "C" __global__ void qnet_grad_norm_partial(const float* __restrict__ g, unsigned long long n,
-                                                  double* __restrict__ partial) {
     double acc = 0.0;
     for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < n; i += gridDim.x * 256ull) {
         const double x = (double)g[i];
         acc += x * x;
     }
-    const double total = block_sum_256(acc);
-    if (threadIdx.x == 0) partial[blockIdx.x] = total;
-}
+    const double block_total = block_sum_fixed(acc, s, 256);
+    if (threadIdx.x == 0) partial[blockIdx.x] = block_total;
+    if (!last_block_done(done)) return;
 
-extern "C" __global__ void qnet_grad_norm_finalize(const double* __restrict__ partial, unsigned int blocks,
-                                                   float max_norm, OptCtl* __restrict__ ctl) {
-    double acc = 0.0;
-    for (unsigned int b = threadIdx.x; b < blocks; b += 256) acc += partial[b];
-    const double total = block_sum_256(acc);
+    acc = 0.0;
+    for (unsigned int b = threadIdx.x; b < gridDim.x; b += 256) acc += __ldcg(partial + b);
+    const double total = block_sum_fixed(acc, s, 256);
     if (threadIdx.x == 0) {
         const double norm = sqrt(total);
-        const double scale = fmin(1.0, (double)max_norm / (norm + 1e-6));
+        const unsigned int step = ctl->step + 1u;
+        const double t = (double)step;
         ctl->norm = (float)norm;
-        ctl->scale = scale;
-        ctl->step += 1u;
+        ctl->scale = fmin(1.0, (double)max_norm / (norm + 1e-6));
+        ctl->step = step;
+        ctl->bias1 = 1.0 - pow((double)beta1, t);
+        ctl->bias2 = 1.0 - pow((double)beta2, t);
     }
 }

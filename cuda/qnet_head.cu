@@ -3,20 +3,26 @@
 // qnet_heads.cu) is the value v [NA] and each branch's advantages a_k [n_k, NA]; then per
 // branch the dueling logits
 //   logits_k[j, z] = (v[z] + a_k[j, z]) - (1/n_k) sum_j' a_k[j', z]
-// and for NA > 1 the log-softmax over z, its exp and Q = sum_z probs z_z (C51); for NA = 1
-// Q is the logit. Arithmetic in double, each stored value rounded once to float.
-// Oracle: qnet::head.
+// and for NA > 1 the log-softmax over z, probs = e / sum e with e = exp(logit - max) (equal to
+// exp(log_probs) within a double ulp) and Q = sum_z probs z_z (C51); for NA = 1 Q is the logit.
+// Arithmetic in double, each stored value rounded once to float. Oracle: qnet::head.
 //
-// Layouts (net = blockIdx.y, row = blockIdx.x, `rows` rows per net):
+// Layouts (`rows` rows per net):
 //   y         [nets][rows][out]   out = NA (1 + sum_k n_k): value, then branch k at out[k+1]
 //   bias      [out] at net * bias_stride
 //   logits, log_probs, probs  [nets][rows][L]   L = sum_k n_k NA, branch k at logit[k]
 //   q         [nets][rows][A]   A = sum_k n_k
-// log_probs and probs are written only for NA > 1.
-// Grid (rows, nets); block: a multiple of 32 threads (one warp per action at a time);
-// dynamic shared memory: 2 L + out doubles (the row is staged there with one coalesced
-// load; the exps are kept there).
+// `dists` = 0 writes q only (acting reads nothing else; the three distribution outputs may
+// then be null); otherwise logits, and for NA > 1 log_probs and probs, too.
+//
+// One warp per (net, row, branch): the warp's lanes split the atoms z (lane, lane + 32, ...;
+// NA = 1: the actions j), so every value a lane stages is one it reads back itself and the
+// only exchanges are three butterfly reductions per action (max, sum of e, Q).
+// Grid: ceil(nets rows K / QNET_HEAD_WARPS) blocks of 32 QNET_HEAD_WARPS threads; dynamic
+// shared memory: 3 NA doubles per warp (v, the advantage mean, e of the current action).
 #include "common/qnet.cuh"
+
+#define QNET_HEAD_WARPS 4
 
 __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll
@@ -31,70 +37,74 @@ __device__ __forceinline__ double warp_max(double v) {
 }
 
 extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* __restrict__ bias,
-                                     unsigned long long bias_stride, const BranchShape shape, unsigned int na, float v_min, float v_max, unsigned int rows,
-                                     float* __restrict__ logits, float* __restrict__ log_probs,
+                                     unsigned long long bias_stride, const BranchShape shape, unsigned int na,
+                                     float v_min, float v_max, unsigned int rows, unsigned int nets,
+                                     unsigned int dists, float* __restrict__ logits, float* __restrict__ log_probs,
                                      float* __restrict__ probs, float* __restrict__ q) {
-    extern __shared__ double logit_row[];
-    const unsigned int nbranch = shape.count;
-    const unsigned int net = blockIdx.y, row = blockIdx.x;
-    const unsigned int out_w = shape.out[nbranch + 1], L = shape.logit[nbranch], A = shape.q[nbranch];
-    const unsigned long long at = (unsigned long long)net * rows + row;
+    extern __shared__ double head_smem[];
+    const unsigned int nbranch = shape.count, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const unsigned long long task = (unsigned long long)blockIdx.x * QNET_HEAD_WARPS + warp;
+    if (task >= (unsigned long long)nets * rows * nbranch) return;  // whole warps only
+    const unsigned long long at = task / nbranch;  // net * rows + row
+    const unsigned int k = (unsigned int)(task % nbranch), net = (unsigned int)(at / rows);
+    const unsigned int n = shape.n[k], out_w = shape.out[nbranch + 1], L = shape.logit[nbranch], A = shape.q[nbranch];
     const float* yr = y + at * out_w;
     const float* br = bias + net * bias_stride;
-    double* staged = logit_row + L;  // y + bias
-    double* expo = staged + out_w;   // exp(logit - max) per atom
-    for (unsigned int c = threadIdx.x; c < out_w; c += blockDim.x) staged[c] = (double)yr[c] + (double)br[c];
-    __syncthreads();
+    const unsigned int adv = shape.out[k + 1];
+    // The staged head output y + bias of column c, in double (the oracle's input).
+    auto staged = [&](unsigned int c) { return (double)yr[c] + (double)br[c]; };
+    float* q_row = q + at * A + shape.q[k];
 
-    // Dueling logits, one (branch, atom) pair per thread: the mean over actions in order.
-    for (unsigned int p = threadIdx.x; p < nbranch * na; p += blockDim.x) {
-        const unsigned int k = p / na, z = p % na, n = shape.n[k], base = shape.out[k + 1] + z;
-        const double v = staged[z];
+    if (na == 1) {
+        // Scalar Q: one lane per action; the mean over the branch's actions in order.
         double sum = 0.0;
-        for (unsigned int j = 0; j < n; ++j) sum += staged[base + j * na];
-        const double mean = sum / (double)n;
-        for (unsigned int j = 0; j < n; ++j) {
-            const double a = staged[base + j * na];
-            logit_row[shape.logit[k] + j * na + z] = (v + a) - mean;
+        for (unsigned int j = 0; j < n; ++j) sum += staged(adv + j);
+        const double mean = sum / (double)n, v = staged(0);
+        for (unsigned int j = lane; j < n; j += 32) {
+            const float l = (float)((v + staged(adv + j)) - mean);
+            if (dists) logits[at * L + shape.logit[k] + j] = l;
+            q_row[j] = l;
         }
+        return;
     }
-    __syncthreads();
 
-    const unsigned int lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    const double lo = (double)v_min, dz = na > 1 ? ((double)v_max - lo) / (double)(na - 1) : 0.0;
-    for (unsigned int act = threadIdx.x / 32; act < A; act += warps) {
-        unsigned int k = 0;
-        while (act >= shape.q[k + 1]) ++k;
-        const unsigned int base = shape.logit[k] + (act - shape.q[k]) * na;
-        float* lg = logits + at * L + base;
-        if (na == 1) {
-            if (lane == 0) {
-                lg[0] = (float)logit_row[base];
-                q[at * A + act] = (float)logit_row[base];
-            }
-            continue;
-        }
+    double* value = head_smem + warp * 3 * na;
+    double* mean = value + na;
+    double* expo = mean + na;
+    for (unsigned int z = lane; z < na; z += 32) {
+        double sum = 0.0;
+        for (unsigned int j = 0; j < n; ++j) sum += staged(adv + j * na + z);
+        value[z] = staged(z);
+        mean[z] = sum / (double)n;
+    }
+    const double lo = (double)v_min, dz = ((double)v_max - lo) / (double)(na - 1);
+    for (unsigned int j = 0; j < n; ++j) {
+        const unsigned int col = adv + j * na;
+        const unsigned long long base = at * L + shape.logit[k] + j * na;
         double mx = __longlong_as_double(0xfff0000000000000ull);  // -inf
-        for (unsigned int z = lane; z < na; z += 32) mx = fmax(mx, logit_row[base + z]);
+        for (unsigned int z = lane; z < na; z += 32) mx = fmax(mx, (value[z] + staged(col + z)) - mean[z]);
         mx = warp_max(mx);
-        // exp once per atom: probs = e / sum e (= exp(log_probs) to a double ulp).
         double se = 0.0;
         for (unsigned int z = lane; z < na; z += 32) {
-            const double e = exp(logit_row[base + z] - mx);
-            expo[base + z] = e;
+            const double e = exp(((value[z] + staged(col + z)) - mean[z]) - mx);
+            expo[z] = e;
             se += e;
         }
         se = warp_sum(se);
-        const double lse = mx + log(se);
+        const double inv = 1.0 / se;
+        const double lse = dists ? mx + log(se) : 0.0;
         double qs = 0.0;
         for (unsigned int z = lane; z < na; z += 32) {
-            const double l = logit_row[base + z], lp = l - lse, pz = expo[base + z] / se;
-            lg[z] = (float)l;
-            log_probs[at * L + base + z] = (float)lp;
-            probs[at * L + base + z] = (float)pz;
+            const double pz = expo[z] * inv;
             qs += pz * support_atom(lo, dz, z);
+            if (dists) {
+                const double l = (value[z] + staged(col + z)) - mean[z];
+                logits[base + z] = (float)l;
+                log_probs[base + z] = (float)(l - lse);
+                probs[base + z] = (float)pz;
+            }
         }
         qs = warp_sum(qs);
-        if (lane == 0) q[at * A + act] = (float)qs;
+        if (lane == 0) q_row[j] = (float)qs;
     }
 }

@@ -1,8 +1,8 @@
 //! The Q-network's optimizer on the device: global gradient norm (deterministic two-stage
-//! reduction), clipping, Adam with bias correction, and the target sync. Spec:
+//! reduction in one launch), clipping, Adam with bias correction, and the target sync. Spec:
 //! tallyho_oracle::qnet (`grad_norm`, `clip_grads`, `adam_step`, `target_sync`). The step
-//! counter, the norm and the clip scale live in a device control block, so an update that
-//! ends in `step` can be captured in a graph and replayed.
+//! counter, the norm, the clip scale and the step's bias corrections live in a device control
+//! block, so an update that ends in `step` can be captured in a graph and replayed.
 
 use crate::error::{Error, Result};
 use crate::runtime::{grid_stride, Gpu};
@@ -16,24 +16,49 @@ pub const GRAD_NORM_BLOCKS: usize = 256;
 /// The host view of `struct OptCtl` (cuda/common/qnet.cuh).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OptCtl {
+    /// Adam updates applied so far.
     pub step: u32,
+    /// Global gradient norm of the last update.
     pub norm: f32,
+    /// Clip scale of the last update.
     pub scale: f64,
+    /// Adam's bias corrections of `step`: `1 - beta1^step`, `1 - beta2^step`.
+    pub bias1: f64,
+    pub bias2: f64,
 }
 
-fn words(c: &OptCtl) -> [u32; 4] {
-    let s = c.scale.to_bits();
-    [c.step, c.norm.to_bits(), s as u32, (s >> 32) as u32]
-}
+impl OptCtl {
+    /// Words of the control block as the device holds it.
+    pub const WORDS: usize = 8;
 
-fn of_words(w: &[u32]) -> OptCtl {
-    OptCtl { step: w[0], norm: f32::from_bits(w[1]), scale: f64::from_bits(u64::from(w[2]) | (u64::from(w[3]) << 32)) }
+    /// The block after `step` updates, before the next one's norm (`set_state`).
+    pub fn at_step(step: u32, beta1: f32, beta2: f32) -> OptCtl {
+        let t = f64::from(step);
+        let (bias1, bias2) = (1.0 - f64::from(beta1).powf(t), 1.0 - f64::from(beta2).powf(t));
+        OptCtl { step, norm: 0.0, scale: 1.0, bias1, bias2 }
+    }
+
+    pub fn to_words(&self) -> [u32; Self::WORDS] {
+        let [s, b1, b2] = [self.scale, self.bias1, self.bias2].map(f64::to_bits);
+        [self.step, self.norm.to_bits(), s as u32, (s >> 32) as u32, b1 as u32, (b1 >> 32) as u32, b2 as u32, (b2 >> 32) as u32]
+    }
+
+    pub fn of_words(w: &[u32]) -> Result<OptCtl> {
+        if w.len() != Self::WORDS {
+            return Err(Error::Fixture(format!(
+                "an optimizer control block has {} words, this one has {}: record the fixture again with this version",
+                Self::WORDS,
+                w.len()
+            )));
+        }
+        let f = |lo: usize| f64::from_bits(u64::from(w[lo]) | (u64::from(w[lo + 1]) << 32));
+        Ok(OptCtl { step: w[0], norm: f32::from_bits(w[1]), scale: f(2), bias1: f(4), bias2: f(6) })
+    }
 }
 
 pub struct Optimizer {
     stream: Arc<CudaStream>,
-    partial_k: CudaFunction,
-    finalize_k: CudaFunction,
+    grad_norm_k: CudaFunction,
     adam_k: CudaFunction,
     polyak_k: CudaFunction,
     n: usize,
@@ -43,6 +68,8 @@ pub struct Optimizer {
     eps: f32,
     max_norm: f32,
     partial: CudaSlice<f64>,
+    /// The last-block counter of `qnet_grad_norm` (zero between launches).
+    done: CudaSlice<u32>,
     ctl: CudaSlice<u32>,
     pub m: CudaSlice<f32>,
     pub v: CudaSlice<f32>,
@@ -57,8 +84,7 @@ impl Optimizer {
         let s = &gpu.stream;
         Ok(Optimizer {
             stream: s.clone(),
-            partial_k: gpu.function("qnet_grad_norm", "qnet_grad_norm_partial")?,
-            finalize_k: gpu.function("qnet_grad_norm", "qnet_grad_norm_finalize")?,
+            grad_norm_k: gpu.function("qnet_grad_norm", "qnet_grad_norm")?,
             adam_k: gpu.function("qnet_adam", "qnet_adam")?,
             polyak_k: gpu.function("qnet_target_sync", "qnet_target_sync_polyak")?,
             n,
@@ -68,7 +94,8 @@ impl Optimizer {
             eps: cfg.adam_eps,
             max_norm: cfg.grad_clip,
             partial: s.alloc_zeros(GRAD_NORM_BLOCKS)?,
-            ctl: s.clone_htod(&words(&OptCtl { step: 0, norm: 0.0, scale: 1.0 }))?,
+            done: s.alloc_zeros(1)?,
+            ctl: s.clone_htod(&OptCtl::at_step(0, cfg.adam_beta1, cfg.adam_beta2).to_words())?,
             m: s.alloc_zeros(n)?,
             v: s.alloc_zeros(n)?,
         })
@@ -81,23 +108,27 @@ impl Optimizer {
         Ok(())
     }
 
-    /// `qnet_grad_norm`: norm, clip scale and step advance into the control block.
+    /// `qnet_grad_norm`: norm, clip scale, step advance and its bias corrections into the
+    /// control block (one launch).
     pub fn grad_norm(&mut self, grads: &CudaView<f32>) -> Result<()> {
         self.check("gradient", grads.len())?;
         let n = self.n as u64;
-        let blocks = GRAD_NORM_BLOCKS as u32;
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        let mut b = self.stream.launch_builder(&self.partial_k);
-        b.arg(grads).arg(&n).arg(&mut self.partial);
-        // SAFETY: qnet_grad_norm_partial(const float* g [n], u64 n, double* partial [blocks]);
-        // 256-thread blocks as its block_sum_256 requires, `blocks` = partial's length.
+        let cfg = LaunchConfig { grid_dim: (GRAD_NORM_BLOCKS as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let mut b = self.stream.launch_builder(&self.grad_norm_k);
+        b.arg(grads)
+            .arg(&n)
+            .arg(&mut self.partial)
+            .arg(&mut self.done)
+            .arg(&self.max_norm)
+            .arg(&self.beta1)
+            .arg(&self.beta2)
+            .arg(&mut self.ctl);
+        // SAFETY: qnet_grad_norm(const float* g [n], u64 n, double* partial [blocks], u32* done
+        // (zero between launches: zeroed at creation, reset by each launch's last block),
+        // float, float, float, OptCtl* ctl): ctl is OptCtl::WORDS u32 words = struct OptCtl
+        // {u32, f32, f64, f64, f64}; 256-thread blocks as its block_sum_fixed(.., 256) needs,
+        // `blocks` = partial's length.
         unsafe { b.launch(cfg) }?;
-        let mut b = self.stream.launch_builder(&self.finalize_k);
-        b.arg(&self.partial).arg(&blocks).arg(&self.max_norm).arg(&mut self.ctl);
-        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: qnet_grad_norm_finalize(const double* partial [blocks], u32 blocks, float,
-        // OptCtl* ctl): ctl is 4 u32 words = struct OptCtl {u32, f32, f64}; one 256-thread block.
-        unsafe { b.launch(one) }?;
         Ok(())
     }
 
@@ -122,7 +153,7 @@ impl Optimizer {
         Ok(())
     }
 
-    /// Norm, clip and Adam: the optimizer half of an update (three launches).
+    /// Norm, clip and Adam: the optimizer half of an update (two launches).
     pub fn step(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>) -> Result<()> {
         self.grad_norm(grads)?;
         self.adam(params, grads)
@@ -146,7 +177,7 @@ impl Optimizer {
     }
 
     pub fn ctl(&self) -> Result<OptCtl> {
-        Ok(of_words(&self.stream.clone_dtoh(&self.ctl)?))
+        OptCtl::of_words(&self.stream.clone_dtoh(&self.ctl)?)
     }
 
     /// Set the moments and step (tests, checkpoint resume).
@@ -155,7 +186,7 @@ impl Optimizer {
         self.check("v", v.len())?;
         self.stream.memcpy_htod(m, &mut self.m)?;
         self.stream.memcpy_htod(v, &mut self.v)?;
-        self.stream.memcpy_htod(&words(&OptCtl { step, norm: 0.0, scale: 1.0 }), &mut self.ctl)?;
+        self.stream.memcpy_htod(&OptCtl::at_step(step, self.beta1, self.beta2).to_words(), &mut self.ctl)?;
         Ok(())
     }
 }

@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::graph::{GraphSlot, Phase};
 use crate::optimizer::Optimizer;
 use crate::replay::DeviceTransitions;
-use crate::runtime::{grid_stride, Gpu};
+use crate::runtime::{grid_stride, warp_per_row, Gpu};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
@@ -35,8 +35,8 @@ use tallyho_oracle::qnet::{self as spec, QNetConfig};
 
 /// Most action branches a network may have (`QNET_MAX_BRANCHES` in cuda/common/qnet.cuh).
 pub const MAX_BRANCHES: usize = 8;
-/// Threads of a `qnet_loss` block (`QNET_LOSS_THREADS`).
-const LOSS_THREADS: u32 = 64;
+/// Threads of a `qnet_loss` block per action branch (`QNET_LOSS_LANES`).
+const LOSS_LANES: usize = 64;
 /// The online network's forward for acting on N states (the experience step's Q-forward):
 /// its own activations, so acting never touches the update's buffers.
 pub struct Acting {
@@ -45,9 +45,6 @@ pub struct Acting {
     a2: CudaSlice<f32>,
     ah: CudaSlice<f32>,
     y: CudaSlice<f32>,
-    logits: CudaSlice<f32>,
-    log_probs: CudaSlice<f32>,
-    probs: CudaSlice<f32>,
     /// `[N x sum n_k]`: the Q-values (expected value over atoms) that `action_select` reads.
     pub q: CudaSlice<f32>,
 }
@@ -58,12 +55,9 @@ impl Acting {
     }
 }
 
-/// Threads of a `qnet_head` block: one warp per action (all of a row's actions at once,
-/// so the block's latency is one action's softmax, not A / 4 of them), at least four warps
-/// and at most 32. The results do not depend on it: each action's warp computes the same.
-fn head_threads(actions: usize) -> u32 {
-    (32 * actions.clamp(4, 32)) as u32
-}
+/// Warps of a `qnet_head` block (QNET_HEAD_WARPS in cuda/qnet_head.cu), one per (row, branch).
+const HEAD_WARPS: usize = 4;
+
 /// The two networks of a forward: online (0) and target (1).
 const NETS: usize = 2;
 
@@ -177,7 +171,6 @@ struct Kernels {
     relu: CudaFunction,
     head: CudaFunction,
     loss: CudaFunction,
-    loss_reduce: CudaFunction,
     relu_backward: CudaFunction,
     heads_scatter: CudaFunction,
     heads_gather: CudaFunction,
@@ -275,6 +268,8 @@ pub struct QNet {
     pub priorities: CudaSlice<f32>,
     dy: CudaSlice<f32>,
     loss: CudaSlice<f64>,
+    /// The last-block counter of `qnet_loss` (zero between launches).
+    loss_done: CudaSlice<u32>,
     dhh: CudaSlice<f32>,
     dh2: CudaSlice<f32>,
     dh1: CudaSlice<f32>,
@@ -323,7 +318,6 @@ impl QNet {
             relu: f("qnet_forward", "qnet_relu")?,
             head: f("qnet_head", "qnet_head")?,
             loss: f("qnet_loss", "qnet_loss")?,
-            loss_reduce: f("qnet_loss", "qnet_loss_reduce")?,
             relu_backward: f("qnet_backward", "qnet_relu_backward")?,
             heads_scatter: f("qnet_heads", "qnet_heads_scatter")?,
             heads_gather: f("qnet_heads", "qnet_heads_gather")?,
@@ -374,6 +368,7 @@ impl QNet {
             priorities: s.alloc_zeros(batch)?,
             dy: s.alloc_zeros(batch * d.ow)?,
             loss: s.alloc_zeros(1)?,
+            loss_done: s.alloc_zeros(1)?,
             dhh: s.alloc_zeros(batch * d.hw)?,
             dh2: s.alloc_zeros(batch * d.h2)?,
             dh1: s.alloc_zeros(batch * d.h1)?,
@@ -499,7 +494,7 @@ impl QNet {
         // SAFETY: qnet_stage_input(const float* s [B x S], const float* s2 [B x S],
         // float* x [2B x (S + 1)], u32 B, u32 S): lengths checked above and in new().
         if !self.gemms_only {
-            unsafe { l.launch(grid_stride(d.rows * (d.s + 1))) }?;
+            unsafe { l.launch(warp_per_row(d.rows)) }?;
         }
 
         let (p, r, off) = (d.params, d.rows, &self.off);
@@ -571,11 +566,12 @@ impl QNet {
         if self.gemms_only {
             return Ok(());
         }
-        let out = HeadOutputs { logits: &mut self.logits, log_probs: &mut self.log_probs, probs: &mut self.probs, q: &mut self.q };
+        let dists = Dists { logits: &mut self.logits, log_probs: &mut self.log_probs, probs: &mut self.probs };
+        let out = HeadOutputs { dists: Some(dists), q: &mut self.q };
         launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, self.d, NETS, self.d.rows, &self.y, out)
     }
 
-    /// `qnet_loss` and `qnet_loss_reduce` on the last forward, for the batch's actions,
+    /// `qnet_loss` (ending in the batch loss) on the last forward, for the batch's actions,
     /// rewards, dones and importance weights.
     pub fn loss(&mut self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
         self.check_batch(t, weights)?;
@@ -603,22 +599,23 @@ impl QNet {
             .arg(&mut self.next_actions)
             .arg(&mut self.sample_loss)
             .arg(&mut self.priorities)
-            .arg(&mut self.dy);
+            .arg(&mut self.dy)
+            .arg(&mut self.loss_done)
+            .arg(&mut self.loss);
+        let (kk, na) = (d.kk, d.na);
+        let shared = (3 * kk * na + 2 * na) * 8 + 2 * na * 4 + (3 * d.qw + if na > 1 { 3 * d.lw } else { 0 }) * 4;
         let cfg = LaunchConfig {
             grid_dim: (b32, 1, 1),
-            block_dim: (LOSS_THREADS, 1, 1),
-            shared_mem_bytes: ((2 * d.kk + 3) * d.na * 8 + (3 * d.qw + if d.na > 1 { 3 * d.lw } else { 0 }) * 4) as u32,
+            block_dim: ((LOSS_LANES * kk) as u32, 1, 1),
+            shared_mem_bytes: shared as u32,
         };
         // SAFETY: follows qnet_loss's signature: q, log_probs, probs as written by qnet_head
         // for NETS x 2B rows; actions B x K (each in [0, n_k): the caller's batch, checked by
         // the oracle's check_batch where it is built), rewards, dones, weights B; outputs
-        // next_actions B x K, sample_loss and priorities B, dy B x ow.
+        // next_actions B x K, sample_loss and priorities B, dy B x ow; loss_done a zero word
+        // (zeroed at creation, returned to zero by each launch's last block), loss 1 double;
+        // QNET_LOSS_LANES threads per branch, the dynamic shared memory the kernel lays out.
         unsafe { l.launch(cfg) }?;
-        let mut l = self.stream.launch_builder(&self.k.loss_reduce);
-        l.arg(&self.sample_loss).arg(weights).arg(&b32).arg(&mut self.loss);
-        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: qnet_loss_reduce(const double* [B], const float* [B], u32 B, double* [1]).
-        unsafe { l.launch(one) }?;
         Ok(())
     }
 
@@ -732,9 +729,6 @@ impl QNet {
             a2: s.alloc_zeros(rows * (d.h2 + 1))?,
             ah: s.alloc_zeros(rows * (d.hw + 1))?,
             y: s.alloc_zeros(rows * d.ow)?,
-            logits: s.alloc_zeros(rows * d.lw)?,
-            log_probs: s.alloc_zeros(rows * d.lw)?,
-            probs: s.alloc_zeros(rows * d.lw)?,
             q: s.alloc_zeros(rows * d.qw)?,
         })
     }
@@ -766,7 +760,8 @@ impl QNet {
                 0.0, &mut a.y.slice_mut(col..), d.ow)?;
         }
         self.join(0..side)?;
-        let out = HeadOutputs { logits: &mut a.logits, log_probs: &mut a.log_probs, probs: &mut a.probs, q: &mut a.q };
+        // Acting reads the Q-values only: the head writes no distributions.
+        let out = HeadOutputs { dists: None, q: &mut a.q };
         launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, d, 1, r, &a.y, out)
     }
 
@@ -899,11 +894,17 @@ fn binding(stream: &Arc<CudaStream>, t: &DeviceTransitions, weights: &CudaSlice<
     h
 }
 
-/// The outputs `qnet_head` writes, `nets x rows` rows each.
-struct HeadOutputs<'a> {
+/// The distributions `qnet_head` writes beside Q, `nets x rows x lw` each.
+struct Dists<'a> {
     logits: &'a mut CudaSlice<f32>,
     log_probs: &'a mut CudaSlice<f32>,
     probs: &'a mut CudaSlice<f32>,
+}
+
+/// The outputs `qnet_head` writes, `nets x rows` rows each: Q always, the distributions
+/// when asked (the update's loss reads them; acting does not).
+struct HeadOutputs<'a> {
+    dists: Option<Dists<'a>>,
     q: &'a mut CudaSlice<f32>,
 }
 
@@ -922,32 +923,31 @@ fn launch_head(
     y: &CudaSlice<f32>,
     out: HeadOutputs,
 ) -> Result<()> {
-    let (na, rows32) = (d.na as u32, rows as u32);
+    let (na, rows32, nets32) = (d.na as u32, rows as u32, nets as u32);
     let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
     let bias = heads_w.slice(bias_at..);
+    let tasks = nets * rows * d.kk;
+    let blocks = u32::try_from(tasks.div_ceil(HEAD_WARPS))
+        .map_err(|_| Error::Usage(format!("qnet_head over {nets} x {rows} rows x {} branches: too many for one grid", d.kk)))?;
     let mut l = stream.launch_builder(k);
-    l.arg(y)
-        .arg(&bias)
-        .arg(&bias_stride)
-        .arg(shape)
-        .arg(&na)
-        .arg(&cfg.v_min)
-        .arg(&cfg.v_max)
-        .arg(&rows32)
-        .arg(out.logits)
-        .arg(out.log_probs)
-        .arg(out.probs)
-        .arg(out.q);
+    l.arg(y).arg(&bias).arg(&bias_stride).arg(shape).arg(&na).arg(&cfg.v_min).arg(&cfg.v_max).arg(&rows32).arg(&nets32);
+    let (null, on, off) = (0u64, 1u32, 0u32);
+    match out.dists {
+        Some(dists) => l.arg(&on).arg(dists.logits).arg(dists.log_probs).arg(dists.probs),
+        None => l.arg(&off).arg(&null).arg(&null).arg(&null),
+    };
+    l.arg(out.q);
     let launch = LaunchConfig {
-        grid_dim: (rows32, nets as u32, 1),
-        block_dim: (head_threads(d.qw), 1, 1),
-        shared_mem_bytes: ((2 * d.lw + d.ow) * 8) as u32,
+        grid_dim: (blocks, 1, 1),
+        block_dim: (32 * HEAD_WARPS as u32, 1, 1),
+        shared_mem_bytes: (HEAD_WARPS * 3 * d.na * 8) as u32,
     };
     // SAFETY: follows qnet_head's signature: y is nets x rows x ow, bias ow floats at each
-    // net's stride (row H of its dense head matrix), the BranchShape by value, the outputs
-    // nets x rows x lw (logits, log_probs, probs) and nets x rows x qw (q), as allocated by
-    // QNet::new (nets = NETS, rows = 2B) and QNet::acting (nets = 1, rows = N); grid
-    // (rows, nets), 2 L + O doubles of dynamic shared memory.
+    // net's stride (row H of its dense head matrix), the BranchShape by value, u32 dists then
+    // the outputs nets x rows x lw (logits, log_probs, probs; null pointers with dists = 0,
+    // which the kernel never touches) and nets x rows x qw (q), as allocated by QNet::new
+    // (nets = NETS, rows = 2B) and QNet::acting (nets = 1, rows = N); one warp per
+    // (net, row, branch), 3 NA doubles of dynamic shared memory per warp.
     unsafe { l.launch(launch) }?;
     Ok(())
 }
@@ -961,7 +961,7 @@ fn relu(skip: bool, stream: &Arc<CudaStream>, k: &CudaFunction, a: &mut CudaSlic
     b.arg(a).arg(&rows64).arg(&w32);
     // SAFETY: qnet_relu(float* a [rows x (width + 1)], u64 rows, u32 width); every caller
     // passes an activation of `rows` x (width + 1): NETS x 2B rows (update) or N (acting).
-    unsafe { b.launch(grid_stride(rows * (width + 1))) }?;
+    unsafe { b.launch(warp_per_row(rows)) }?;
     Ok(())
 }
 
@@ -982,6 +982,6 @@ fn relu_backward(
     b.arg(d).arg(a).arg(&rows64).arg(&w32);
     // SAFETY: qnet_relu_backward(float* d [rows x width], const float* a [rows x (width + 1)],
     // u64, u32): d holds B x width, a holds NETS x 2B x (width + 1) and rows = B.
-    unsafe { b.launch(grid_stride(rows * width)) }?;
+    unsafe { b.launch(warp_per_row(rows)) }?;
     Ok(())
 }

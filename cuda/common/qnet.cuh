@@ -2,9 +2,11 @@
 #pragma once
 
 struct OptCtl {
-    unsigned int step;   // Adam updates applied so far (advanced by qnet_grad_norm_finalize)
+    unsigned int step;   // Adam updates applied so far (advanced by qnet_grad_norm)
     float norm;          // global gradient norm of the last update
     double scale;        // clip scale of the last update
+    double bias1;        // 1 - beta1^step: Adam's bias corrections of that step
+    double bias2;        // 1 - beta2^step
 };
 
 // The network's branch structure, a kernel argument (built by the host, src/qnet.rs
