@@ -5,30 +5,53 @@
 //   qnet_stage_input: x (2B x (S + 1)) = [s | 1] in rows [0, B), [s' | 1] in rows [B, 2B).
 //   qnet_relu:        a (rows x (width + 1)): a = a > 0 ? a : 0 in the first `width`
 //                     columns (NaN becomes 0, as the oracle's relu), 1 in the last.
-// One warp per row at a time (lanes along the row, so no index division), warps
-// grid-stride over the rows: any grid of whole warps.
+//   qnet_first_layer: a1 = relu([x | 1] [w1; b1]) with its ones column, for `nets`
+//                     networks (grid (rows, nets)): the first layer's few inputs (S + 1)
+//                     make it a short dot product per output, one thread each in float FMA
+//                     order k = 0..S, where a GEMM launch (often split over K, so two
+//                     kernels) and a ReLU launch would cost three.
+// The elementwise stages: one thread per element, grid-stride (any grid); the row and column of an element come
+// from a 32-bit division whenever the matrix has fewer than 2^32 elements (a 64-bit one
+// costs several times more and these stages are a few microseconds each).
+#include "common/index.cuh"
 
 extern "C" __global__ void qnet_stage_input(const float* __restrict__ s, const float* __restrict__ s2,
                                             float* __restrict__ x, unsigned int batch, unsigned int dim) {
-    const unsigned int lane = threadIdx.x % 32;
-    const unsigned long long rows = 2ull * batch, warps = (unsigned long long)gridDim.x * blockDim.x / 32;
-    for (unsigned long long r = (blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
-        const float* src = r < batch ? s + r * dim : s2 + (r - batch) * dim;
-        float* row = x + r * (dim + 1ull);
-        for (unsigned int c = lane; c < dim; c += 32) row[c] = src[c];
-        if (lane == 0) row[dim] = 1.0f;
+    const unsigned long long ld = dim + 1ull, n = 2ull * batch * ld;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const RowCol e = row_col(i, ld, n);
+        float v = 1.0f;
+        if (e.c < dim) v = e.r < batch ? s[e.r * dim + e.c] : s2[(e.r - batch) * dim + e.c];
+        x[i] = v;
     }
 }
 
 extern "C" __global__ void qnet_relu(float* __restrict__ a, unsigned long long rows, unsigned int width) {
-    const unsigned int lane = threadIdx.x % 32;
-    const unsigned long long warps = (unsigned long long)gridDim.x * blockDim.x / 32;
-    for (unsigned long long r = (blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
-        float* row = a + r * (width + 1ull);
-        for (unsigned int c = lane; c < width; c += 32) {
-            const float v = row[c];
-            row[c] = v > 0.0f ? v : 0.0f;
-        }
-        if (lane == 0) row[width] = 1.0f;
+    const unsigned long long ld = width + 1ull, n = rows * ld;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const float v = a[i];
+        a[i] = row_col(i, ld, n).c == width ? 1.0f : (v > 0.0f ? v : 0.0f);
     }
+}
+
+// Grid (rows, nets), any block size; dynamic shared memory: S + 1 floats (the input row).
+// x: rows x (S + 1) with its ones column, shared by the networks; w1: net n's [w1; b1]
+// ((S + 1) x h1, row-major) at n * param_stride; a1: nets x rows x (h1 + 1).
+extern "C" __global__ void qnet_first_layer(const float* __restrict__ x, unsigned int dim,
+                                            const float* __restrict__ w1, unsigned long long param_stride,
+                                            unsigned int h1, float* __restrict__ a1) {
+    extern __shared__ float x_row[];
+    const unsigned long long r = blockIdx.x, rows = gridDim.x, net = blockIdx.y;
+    for (unsigned int k = threadIdx.x; k <= dim; k += blockDim.x) x_row[k] = x[r * (dim + 1ull) + k];
+    __syncthreads();
+    const float* w = w1 + net * param_stride;
+    float* out = a1 + (net * rows + r) * (h1 + 1ull);
+    for (unsigned int c = threadIdx.x; c < h1; c += blockDim.x) {
+        float acc = 0.0f;
+        for (unsigned int k = 0; k <= dim; ++k) acc = __fmaf_rn(x_row[k], w[(unsigned long long)k * h1 + c], acc);
+        out[c] = acc > 0.0f ? acc : 0.0f;
+    }
+    if (threadIdx.x == 0) out[h1] = 1.0f;
 }

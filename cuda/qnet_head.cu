@@ -15,11 +15,13 @@
 // `dists` = 0 writes q only (acting reads nothing else; the three distribution outputs may
 // then be null); otherwise logits, and for NA > 1 log_probs and probs, too.
 //
-// One warp per (net, row, branch): the warp's lanes split the atoms z (lane, lane + 32, ...;
-// NA = 1: the actions j), so every value a lane stages is one it reads back itself and the
-// only exchanges are three butterfly reductions per action (max, sum of e, Q).
-// Grid: ceil(nets rows K / QNET_HEAD_WARPS) blocks of 32 QNET_HEAD_WARPS threads; dynamic
-// shared memory: 3 NA doubles per warp (v, the advantage mean, e of the current action).
+// One warp per (net, row, action): the warp's lanes split the atoms z (lane, lane + 32, ...),
+// each lane forming its own logits (the branch's advantage mean over the actions included,
+// recomputed by every action's warp: n_k loads per atom, cheaper than a block-wide step),
+// so the only exchanges are three butterfly reductions (max, sum of e, Q) and all of a row's
+// actions run at once. NA = 1: lane 0 alone.
+// Grid: ceil(nets rows A / QNET_HEAD_WARPS) blocks of 32 QNET_HEAD_WARPS threads; dynamic
+// shared memory: 2 NA doubles per warp (the action's logits and their exps).
 #include "common/qnet.cuh"
 
 #define QNET_HEAD_WARPS 4
@@ -43,68 +45,64 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
                                      float* __restrict__ probs, float* __restrict__ q) {
     extern __shared__ double head_smem[];
     const unsigned int nbranch = shape.count, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const unsigned int A = shape.q[nbranch];
     const unsigned long long task = (unsigned long long)blockIdx.x * QNET_HEAD_WARPS + warp;
-    if (task >= (unsigned long long)nets * rows * nbranch) return;  // whole warps only
-    const unsigned long long at = task / nbranch;  // net * rows + row
-    const unsigned int k = (unsigned int)(task % nbranch), net = (unsigned int)(at / rows);
-    const unsigned int n = shape.n[k], out_w = shape.out[nbranch + 1], L = shape.logit[nbranch], A = shape.q[nbranch];
+    if (task >= (unsigned long long)nets * rows * A) return;  // whole warps only
+    const unsigned long long at = task / A;                   // net * rows + row
+    const unsigned int act = (unsigned int)(task % A), net = (unsigned int)(at / rows);
+    unsigned int k = 0;
+    while (act >= shape.q[k + 1]) ++k;
+    const unsigned int n = shape.n[k], j = act - shape.q[k], out_w = shape.out[nbranch + 1], L = shape.logit[nbranch];
     const float* yr = y + at * out_w;
     const float* br = bias + net * bias_stride;
-    const unsigned int adv = shape.out[k + 1];
+    const unsigned int adv = shape.out[k + 1], col = adv + j * na;
     // The staged head output y + bias of column c, in double (the oracle's input).
     auto staged = [&](unsigned int c) { return (double)yr[c] + (double)br[c]; };
-    float* q_row = q + at * A + shape.q[k];
+    // The dueling logit of atom z: (v + a_j) - (1/n) sum_j' a_j', the mean in order.
+    auto logit = [&](unsigned int z) {
+        double sum = 0.0;
+        for (unsigned int i = 0; i < n; ++i) sum += staged(adv + i * na + z);
+        return (staged(z) + staged(col + z)) - sum / (double)n;
+    };
+    const unsigned long long base = at * L + shape.logit[k] + j * na;
 
     if (na == 1) {
-        // Scalar Q: one lane per action; the mean over the branch's actions in order.
-        double sum = 0.0;
-        for (unsigned int j = 0; j < n; ++j) sum += staged(adv + j);
-        const double mean = sum / (double)n, v = staged(0);
-        for (unsigned int j = lane; j < n; j += 32) {
-            const float l = (float)((v + staged(adv + j)) - mean);
-            if (dists) logits[at * L + shape.logit[k] + j] = l;
-            q_row[j] = l;
+        if (lane == 0) {
+            const float l = (float)logit(0);
+            if (dists) logits[base] = l;
+            q[at * A + act] = l;
         }
         return;
     }
 
-    double* value = head_smem + warp * 3 * na;
-    double* mean = value + na;
-    double* expo = mean + na;
+    double* lrow = head_smem + warp * 2 * na;
+    double* expo = lrow + na;
+    double mx = __longlong_as_double(0xfff0000000000000ull);  // -inf
     for (unsigned int z = lane; z < na; z += 32) {
-        double sum = 0.0;
-        for (unsigned int j = 0; j < n; ++j) sum += staged(adv + j * na + z);
-        value[z] = staged(z);
-        mean[z] = sum / (double)n;
+        const double l = logit(z);
+        lrow[z] = l;
+        mx = fmax(mx, l);
     }
+    mx = warp_max(mx);
+    double se = 0.0;
+    for (unsigned int z = lane; z < na; z += 32) {
+        const double e = exp(lrow[z] - mx);
+        expo[z] = e;
+        se += e;
+    }
+    se = warp_sum(se);
+    const double inv = 1.0 / se, lse = dists ? mx + log(se) : 0.0;
     const double lo = (double)v_min, dz = ((double)v_max - lo) / (double)(na - 1);
-    for (unsigned int j = 0; j < n; ++j) {
-        const unsigned int col = adv + j * na;
-        const unsigned long long base = at * L + shape.logit[k] + j * na;
-        double mx = __longlong_as_double(0xfff0000000000000ull);  // -inf
-        for (unsigned int z = lane; z < na; z += 32) mx = fmax(mx, (value[z] + staged(col + z)) - mean[z]);
-        mx = warp_max(mx);
-        double se = 0.0;
-        for (unsigned int z = lane; z < na; z += 32) {
-            const double e = exp(((value[z] + staged(col + z)) - mean[z]) - mx);
-            expo[z] = e;
-            se += e;
+    double qs = 0.0;
+    for (unsigned int z = lane; z < na; z += 32) {
+        const double pz = expo[z] * inv;
+        qs += pz * support_atom(lo, dz, z);
+        if (dists) {
+            logits[base + z] = (float)lrow[z];
+            log_probs[base + z] = (float)(lrow[z] - lse);
+            probs[base + z] = (float)pz;
         }
-        se = warp_sum(se);
-        const double inv = 1.0 / se;
-        const double lse = dists ? mx + log(se) : 0.0;
-        double qs = 0.0;
-        for (unsigned int z = lane; z < na; z += 32) {
-            const double pz = expo[z] * inv;
-            qs += pz * support_atom(lo, dz, z);
-            if (dists) {
-                const double l = (value[z] + staged(col + z)) - mean[z];
-                logits[base + z] = (float)l;
-                log_probs[base + z] = (float)(l - lse);
-                probs[base + z] = (float)pz;
-            }
-        }
-        qs = warp_sum(qs);
-        if (lane == 0) q_row[j] = (float)qs;
     }
+    qs = warp_sum(qs);
+    if (lane == 0) q[at * A + act] = (float)qs;
 }

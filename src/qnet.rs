@@ -27,9 +27,9 @@ use crate::error::{Error, Result};
 use crate::graph::{GraphSlot, Phase};
 use crate::optimizer::Optimizer;
 use crate::replay::DeviceTransitions;
-use crate::runtime::{grid_stride, warp_per_row, Gpu};
+use crate::runtime::{grid_stride, Gpu};
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::qnet::{self as spec, QNetConfig};
 
@@ -55,7 +55,7 @@ impl Acting {
     }
 }
 
-/// Warps of a `qnet_head` block (QNET_HEAD_WARPS in cuda/qnet_head.cu), one per (row, branch).
+/// Warps of a `qnet_head` block (QNET_HEAD_WARPS in cuda/qnet_head.cu), one per (row, action).
 const HEAD_WARPS: usize = 4;
 
 /// The two networks of a forward: online (0) and target (1).
@@ -169,6 +169,7 @@ struct Dims {
 struct Kernels {
     stage_input: CudaFunction,
     relu: CudaFunction,
+    first_layer: CudaFunction,
     head: CudaFunction,
     loss: CudaFunction,
     relu_backward: CudaFunction,
@@ -316,6 +317,7 @@ impl QNet {
         let k = Kernels {
             stage_input: f("qnet_forward", "qnet_stage_input")?,
             relu: f("qnet_forward", "qnet_relu")?,
+            first_layer: f("qnet_forward", "qnet_first_layer")?,
             head: f("qnet_head", "qnet_head")?,
             loss: f("qnet_loss", "qnet_loss")?,
             relu_backward: f("qnet_backward", "qnet_relu_backward")?,
@@ -394,12 +396,13 @@ impl QNet {
     }
 
     /// Floating-point operations of the GEMMs of one update (2 per multiply-add): the
-    /// forward over both networks on 2B rows, the backward on B rows.
+    /// forward over both networks on 2B rows (from the second layer: `qnet_first_layer` is
+    /// not a GEMM), the backward on B rows.
     pub fn update_gemm_flops(&self) -> f64 {
         let (d, c) = (self.d, &self.cfg);
         let per_head: usize = c.value_hidden * c.atoms + c.branches.iter().map(|&n| c.adv_hidden * n * c.atoms).sum::<usize>();
         let dense = (d.hw + 1) * d.ow; // the backward's dense products, zeros off the blocks included
-        let fwd = (d.s + 1) * d.h1 + (d.h1 + 1) * d.h2 + (d.h2 + 1) * d.hw + per_head;
+        let fwd = (d.h1 + 1) * d.h2 + (d.h2 + 1) * d.hw + per_head;
         let bwd = 2 * dense + (d.h2 + 1) * d.hw + d.h2 * d.hw + (d.h1 + 1) * d.h2 + d.h1 * d.h2 + (d.s + 1) * d.h1;
         2.0 * (NETS * d.rows * fwd + d.b * bwd) as f64
     }
@@ -494,19 +497,17 @@ impl QNet {
         // SAFETY: qnet_stage_input(const float* s [B x S], const float* s2 [B x S],
         // float* x [2B x (S + 1)], u32 B, u32 S): lengths checked above and in new().
         if !self.gemms_only {
-            unsafe { l.launch(warp_per_row(d.rows)) }?;
+            unsafe { l.launch(grid_stride(d.rows * (d.s + 1))) }?;
         }
 
         let (p, r, off) = (d.params, d.rows, &self.off);
         let pl = Layout::plain;
         let all = NETS * r;
-        // Hidden layers: a = relu([in | 1] [w; b]) for both networks (x is shared: stride 0).
-        #[rustfmt::skip]
-        self.blas.gemm_batched(NETS, r, d.h1, d.s + 1, 1.0,
-            &self.x, pl(d.s + 1), 0,
-            &self.params.slice(off.w1..), pl(d.h1), p,
-            0.0, &mut self.a1, d.h1 + 1, r * (d.h1 + 1))?;
-        relu(self.gemms_only, &self.stream, &self.k.relu, &mut self.a1, all, d.h1)?;
+        // Hidden layers: a = relu([in | 1] [w; b]) for both networks (x is shared), the first
+        // by qnet_first_layer, the others by a GEMM and qnet_relu.
+        if !self.gemms_only {
+            first_layer(&self.stream, &self.k.first_layer, &self.x, d, &self.params.slice(off.w1..), NETS, r, p, &mut self.a1)?;
+        }
         #[rustfmt::skip]
         self.blas.gemm_batched(NETS, r, d.h2, d.h1 + 1, 1.0,
             &self.a1, pl(d.h1 + 1), r * (d.h1 + 1),
@@ -741,8 +742,7 @@ impl QNet {
         self.check_len("acting input", x.len(), r * (d.s + 1))?;
         let off = &self.off;
         let (relu_k, st) = (&self.k.relu, &self.stream);
-        self.blas.gemm(r, d.h1, d.s + 1, 1.0, x, pl(d.s + 1), &self.params.slice(off.w1..), pl(d.h1), 0.0, &mut a.a1, d.h1 + 1)?;
-        relu(false, st, relu_k, &mut a.a1, r, d.h1)?;
+        first_layer(st, &self.k.first_layer, x, d, &self.params.slice(off.w1..), 1, r, 0, &mut a.a1)?;
         self.blas.gemm(r, d.h2, d.h1 + 1, 1.0, &a.a1, pl(d.h1 + 1), &self.params.slice(off.w2..), pl(d.h2), 0.0, &mut a.a2, d.h2 + 1)?;
         relu(false, st, relu_k, &mut a.a2, r, d.h2)?;
         self.blas.gemm(r, d.hw, d.h2 + 1, 1.0, &a.a2, pl(d.h2 + 1), &self.params.slice(off.wh..), pl(d.hw), 0.0, &mut a.ah, d.hw + 1)?;
@@ -926,9 +926,9 @@ fn launch_head(
     let (na, rows32, nets32) = (d.na as u32, rows as u32, nets as u32);
     let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
     let bias = heads_w.slice(bias_at..);
-    let tasks = nets * rows * d.kk;
+    let tasks = nets * rows * d.qw;
     let blocks = u32::try_from(tasks.div_ceil(HEAD_WARPS))
-        .map_err(|_| Error::Usage(format!("qnet_head over {nets} x {rows} rows x {} branches: too many for one grid", d.kk)))?;
+        .map_err(|_| Error::Usage(format!("qnet_head over {nets} x {rows} rows x {} actions: too many for one grid", d.qw)))?;
     let mut l = stream.launch_builder(k);
     l.arg(y).arg(&bias).arg(&bias_stride).arg(shape).arg(&na).arg(&cfg.v_min).arg(&cfg.v_max).arg(&rows32).arg(&nets32);
     let (null, on, off) = (0u64, 1u32, 0u32);
@@ -940,15 +940,45 @@ fn launch_head(
     let launch = LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (32 * HEAD_WARPS as u32, 1, 1),
-        shared_mem_bytes: (HEAD_WARPS * 3 * d.na * 8) as u32,
+        shared_mem_bytes: (HEAD_WARPS * 2 * d.na * 8) as u32,
     };
     // SAFETY: follows qnet_head's signature: y is nets x rows x ow, bias ow floats at each
     // net's stride (row H of its dense head matrix), the BranchShape by value, u32 dists then
     // the outputs nets x rows x lw (logits, log_probs, probs; null pointers with dists = 0,
     // which the kernel never touches) and nets x rows x qw (q), as allocated by QNet::new
     // (nets = NETS, rows = 2B) and QNet::acting (nets = 1, rows = N); one warp per
-    // (net, row, branch), 3 NA doubles of dynamic shared memory per warp.
+    // (net, row, action), 2 NA doubles of dynamic shared memory per warp.
     unsafe { l.launch(launch) }?;
+    Ok(())
+}
+
+/// `qnet_first_layer`: a1 = relu([x | 1] [w1; b1]) for `nets` networks on `rows` rows of x.
+#[allow(clippy::too_many_arguments)]
+fn first_layer(
+    stream: &Arc<CudaStream>,
+    k: &CudaFunction,
+    x: &CudaSlice<f32>,
+    d: Dims,
+    w1: &CudaView<f32>,
+    nets: usize,
+    rows: usize,
+    param_stride: usize,
+    a1: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let (dim, h1, stride) = (d.s as u32, d.h1 as u32, param_stride as u64);
+    let rows32 = u32::try_from(rows).map_err(|_| Error::Usage(format!("first layer over {rows} rows: at most 2^32 - 1")))?;
+    let mut b = stream.launch_builder(k);
+    b.arg(x).arg(&dim).arg(w1).arg(&stride).arg(&h1).arg(a1);
+    let cfg = LaunchConfig {
+        grid_dim: (rows32, nets as u32, 1),
+        block_dim: (d.h1.next_multiple_of(32).min(256) as u32, 1, 1),
+        shared_mem_bytes: ((d.s + 1) * 4) as u32,
+    };
+    // SAFETY: qnet_first_layer(const float* x [rows x (S + 1)], u32 S, const float* w1 (net n's
+    // (S + 1) x h1 at n * param_stride, inside the flat parameters), u64 param_stride, u32 h1,
+    // float* a1 [nets x rows x (h1 + 1)]): x is the update's staged input (2B rows) or the
+    // acting input (N rows), a1 the matching activations (QNet::new, QNet::acting).
+    unsafe { b.launch(cfg) }?;
     Ok(())
 }
 
@@ -961,7 +991,7 @@ fn relu(skip: bool, stream: &Arc<CudaStream>, k: &CudaFunction, a: &mut CudaSlic
     b.arg(a).arg(&rows64).arg(&w32);
     // SAFETY: qnet_relu(float* a [rows x (width + 1)], u64 rows, u32 width); every caller
     // passes an activation of `rows` x (width + 1): NETS x 2B rows (update) or N (acting).
-    unsafe { b.launch(warp_per_row(rows)) }?;
+    unsafe { b.launch(grid_stride(rows * (width + 1))) }?;
     Ok(())
 }
 
@@ -982,6 +1012,6 @@ fn relu_backward(
     b.arg(d).arg(a).arg(&rows64).arg(&w32);
     // SAFETY: qnet_relu_backward(float* d [rows x width], const float* a [rows x (width + 1)],
     // u64, u32): d holds B x width, a holds NETS x 2B x (width + 1) and rows = B.
-    unsafe { b.launch(warp_per_row(rows)) }?;
+    unsafe { b.launch(grid_stride(rows * width)) }?;
     Ok(())
 }

@@ -183,13 +183,6 @@ pub fn one_block(work: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (1, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
 
-/// A launch of 256-thread blocks with one warp per row for `rows` rows (capped; the
-/// kernels' warps grid-stride over the rows).
-pub fn warp_per_row(rows: usize) -> LaunchConfig {
-    let blocks = rows.div_ceil(8).clamp(1, 65_535) as u32;
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
-}
-
 /// A grid-stride launch of 256-thread blocks for `elems` elements (capped; kernels loop).
 pub fn grid_stride(elems: usize) -> LaunchConfig {
     let blocks = elems.div_ceil(256).clamp(1, 65_535) as u32;
