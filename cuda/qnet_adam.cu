@@ -3,13 +3,18 @@
 // corrections read from the device control block (written by qnet_grad_norm, which advanced
 // the step). Arithmetic in double, each stored value rounded once to float.
 // Oracle: qnet::adam_step after qnet::clip_grads.
+// The mirror: parameters [mirror_from, mirror_from + mirror_count) also go to
+// mirror[mirror_index[i - mirror_from]] (the online network's dense head matrix, so no
+// qnet_heads_scatter launch follows; qnet_heads.cu); mirror_count 0 for none.
 // Grid: grid-stride over n, any grid.
 #include "common/qnet.cuh"
 
 extern "C" __global__ void qnet_adam(float* __restrict__ p, const float* __restrict__ g,
                                      float* __restrict__ m, float* __restrict__ v, unsigned long long n,
                                      const OptCtl* __restrict__ ctl, float lr, float beta1, float beta2,
-                                     float eps) {
+                                     float eps, const unsigned int* __restrict__ mirror_index,
+                                     unsigned long long mirror_from, unsigned long long mirror_count,
+                                     float* __restrict__ mirror) {
     const double b1 = beta1, b2 = beta2;
     const double scale = ctl->scale, bc1 = ctl->bias1, bc2 = ctl->bias2;
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
@@ -19,6 +24,8 @@ extern "C" __global__ void qnet_adam(float* __restrict__ p, const float* __restr
         const double vi = b2 * (double)v[i] + (1.0 - b2) * gi * gi;
         m[i] = (float)mi;
         v[i] = (float)vi;
-        p[i] = (float)((double)p[i] - (double)lr * (mi / bc1) / (sqrt(vi / bc2) + (double)eps));
+        const float pi = (float)((double)p[i] - (double)lr * (mi / bc1) / (sqrt(vi / bc2) + (double)eps));
+        p[i] = pi;
+        if (i - mirror_from < mirror_count) mirror[mirror_index[i - mirror_from]] = pi;
     }
 }

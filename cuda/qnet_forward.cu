@@ -36,22 +36,36 @@ extern "C" __global__ void qnet_relu(float* __restrict__ a, unsigned long long r
     }
 }
 
-// Grid (rows, nets), any block size; dynamic shared memory: S + 1 floats (the input row).
-// x: rows x (S + 1) with its ones column, shared by the networks; w1: net n's [w1; b1]
-// ((S + 1) x h1, row-major) at n * param_stride; a1: nets x rows x (h1 + 1).
-extern "C" __global__ void qnet_first_layer(const float* __restrict__ x, unsigned int dim,
+// Grid (ceil(rows / QNET_FIRST_ROWS), nets), any block size; dynamic shared memory:
+// QNET_FIRST_ROWS (S + 1) floats (the block's input rows). Each thread keeps one column of
+// [w1; b1] in flight across the block's rows, so a block reads the layer once for
+// QNET_FIRST_ROWS rows. x: rows x (S + 1) with its ones column, shared by the networks;
+// w1: net n's [w1; b1] ((S + 1) x h1, row-major) at n * param_stride; a1: nets x rows x (h1 + 1).
+#define QNET_FIRST_ROWS 8
+
+extern "C" __global__ void qnet_first_layer(const float* __restrict__ x, unsigned int dim, unsigned long long rows,
                                             const float* __restrict__ w1, unsigned long long param_stride,
                                             unsigned int h1, float* __restrict__ a1) {
-    extern __shared__ float x_row[];
-    const unsigned long long r = blockIdx.x, rows = gridDim.x, net = blockIdx.y;
-    for (unsigned int k = threadIdx.x; k <= dim; k += blockDim.x) x_row[k] = x[r * (dim + 1ull) + k];
+    extern __shared__ float x_rows[];
+    const unsigned long long r0 = (unsigned long long)blockIdx.x * QNET_FIRST_ROWS, net = blockIdx.y;
+    const unsigned int ld = dim + 1, here = (unsigned int)min((unsigned long long)QNET_FIRST_ROWS, rows - r0);
+    for (unsigned int e = threadIdx.x; e < here * ld; e += blockDim.x) x_rows[e] = x[r0 * ld + e];
     __syncthreads();
     const float* w = w1 + net * param_stride;
-    float* out = a1 + (net * rows + r) * (h1 + 1ull);
+    float* out = a1 + (net * rows + r0) * (h1 + 1ull);
     for (unsigned int c = threadIdx.x; c < h1; c += blockDim.x) {
-        float acc = 0.0f;
-        for (unsigned int k = 0; k <= dim; ++k) acc = __fmaf_rn(x_row[k], w[(unsigned long long)k * h1 + c], acc);
-        out[c] = acc > 0.0f ? acc : 0.0f;
+        float acc[QNET_FIRST_ROWS];
+#pragma unroll
+        for (unsigned int r = 0; r < QNET_FIRST_ROWS; ++r) acc[r] = 0.0f;
+        for (unsigned int k = 0; k < ld; ++k) {
+            const float wk = w[(unsigned long long)k * h1 + c];
+#pragma unroll
+            for (unsigned int r = 0; r < QNET_FIRST_ROWS; ++r)
+                if (r < here) acc[r] = __fmaf_rn(x_rows[r * ld + k], wk, acc[r]);
+        }
+#pragma unroll
+        for (unsigned int r = 0; r < QNET_FIRST_ROWS; ++r)
+            if (r < here) out[r * (h1 + 1ull) + c] = acc[r] > 0.0f ? acc[r] : 0.0f;
     }
-    if (threadIdx.x == 0) out[h1] = 1.0f;
+    if (threadIdx.x < here) out[threadIdx.x * (h1 + 1ull) + h1] = 1.0f;
 }

@@ -56,6 +56,14 @@ impl OptCtl {
     }
 }
 
+/// Parameters Adam also writes elsewhere: parameter `from + e` to `to[index[e]]` (the
+/// network's dense head matrix, built from the compact head parameters).
+pub struct Mirror<'a> {
+    pub from: usize,
+    pub index: &'a CudaSlice<u32>,
+    pub to: CudaViewMut<'a, f32>,
+}
+
 pub struct Optimizer {
     stream: Arc<CudaStream>,
     grad_norm_k: CudaFunction,
@@ -134,9 +142,28 @@ impl Optimizer {
 
     /// `qnet_adam` with the step and clip scale of the last `grad_norm`.
     pub fn adam(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>) -> Result<()> {
+        self.adam_mirrored(params, grads, None)
+    }
+
+    /// `qnet_adam`, also writing the parameters `mirror` names to their places in its copy.
+    pub fn adam_mirrored(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mut mirror: Option<Mirror>) -> Result<()> {
         self.check("parameters", params.len())?;
         self.check("gradient", grads.len())?;
         let n = self.n as u64;
+        let (null, zero) = (0u64, 0u64);
+        let (mirror_from, mirror_count) = match &mirror {
+            Some(m) => {
+                let count = m.index.len();
+                if m.from + count > self.n || m.to.len() == 0 {
+                    return Err(Error::Usage(format!(
+                        "an Adam mirror of {count} parameters from {} over {} parameters: it must lie inside them",
+                        m.from, self.n
+                    )));
+                }
+                (m.from as u64, count as u64)
+            }
+            None => (0, 0),
+        };
         let mut b = self.stream.launch_builder(&self.adam_k);
         b.arg(params)
             .arg(grads)
@@ -148,15 +175,21 @@ impl Optimizer {
             .arg(&self.beta1)
             .arg(&self.beta2)
             .arg(&self.eps);
-        // SAFETY: follows qnet_adam's signature; p, g, m, v all hold n floats (checked).
+        match mirror.as_mut() {
+            Some(m) => b.arg(m.index).arg(&mirror_from).arg(&mirror_count).arg(&mut m.to),
+            None => b.arg(&null).arg(&zero).arg(&zero).arg(&null),
+        };
+        // SAFETY: follows qnet_adam's signature; p, g, m, v all hold n floats (checked); the
+        // mirror's index holds mirror_count positions inside `to` (its owner builds both:
+        // QNet's heads_index and dense head matrix), or the pointers are null with count 0.
         unsafe { b.launch(grid_stride(self.n)) }?;
         Ok(())
     }
 
     /// Norm, clip and Adam: the optimizer half of an update (two launches).
-    pub fn step(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>) -> Result<()> {
+    pub fn step(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mirror: Option<Mirror>) -> Result<()> {
         self.grad_norm(grads)?;
-        self.adam(params, grads)
+        self.adam_mirrored(params, grads, mirror)
     }
 
     /// `qnet_target_sync`: one device-to-device copy, or the Polyak average with `tau`.

@@ -25,7 +25,7 @@
 use crate::blas::{Blas, Layout};
 use crate::error::{Error, Result};
 use crate::graph::{GraphSlot, Phase};
-use crate::optimizer::Optimizer;
+use crate::optimizer::{Mirror, Optimizer};
 use crate::replay::DeviceTransitions;
 use crate::runtime::{grid_stride, Gpu};
 use cudarc::driver::sys::CUevent_flags;
@@ -676,12 +676,17 @@ impl QNet {
         self.join(0..LANES)
     }
 
-    /// Grad norm, clip and Adam on the online parameters, then the online dense head matrix
-    /// rebuilt from them.
+    /// Grad norm, clip and Adam on the online parameters; Adam also writes the new head
+    /// parameters into the online dense head matrix (so it needs no rebuild).
     pub fn optimize(&mut self) -> Result<()> {
         let p = self.d.params;
-        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view())?;
-        self.scatter_heads(1)
+        if self.gemms_only {
+            return self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), None);
+        }
+        // Adam writes the online head parameters into the dense head matrix as it goes.
+        let dense = self.heads_w.slice_mut(..(self.d.hw + 1) * self.d.ow);
+        let mirror = Mirror { from: self.off.wv2, index: &self.heads_index, to: dense };
+        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))
     }
 
     /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
@@ -952,6 +957,9 @@ fn launch_head(
     Ok(())
 }
 
+/// Rows of a `qnet_first_layer` block (`QNET_FIRST_ROWS`).
+const FIRST_ROWS: usize = 8;
+
 /// `qnet_first_layer`: a1 = relu([x | 1] [w1; b1]) for `nets` networks on `rows` rows of x.
 #[allow(clippy::too_many_arguments)]
 fn first_layer(
@@ -965,16 +973,17 @@ fn first_layer(
     param_stride: usize,
     a1: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let (dim, h1, stride) = (d.s as u32, d.h1 as u32, param_stride as u64);
-    let rows32 = u32::try_from(rows).map_err(|_| Error::Usage(format!("first layer over {rows} rows: at most 2^32 - 1")))?;
+    let (dim, rows64, h1, stride) = (d.s as u32, rows as u64, d.h1 as u32, param_stride as u64);
+    let blocks = u32::try_from(rows.div_ceil(FIRST_ROWS))
+        .map_err(|_| Error::Usage(format!("first layer over {rows} rows: too many for one grid")))?;
     let mut b = stream.launch_builder(k);
-    b.arg(x).arg(&dim).arg(w1).arg(&stride).arg(&h1).arg(a1);
+    b.arg(x).arg(&dim).arg(&rows64).arg(w1).arg(&stride).arg(&h1).arg(a1);
     let cfg = LaunchConfig {
-        grid_dim: (rows32, nets as u32, 1),
+        grid_dim: (blocks, nets as u32, 1),
         block_dim: (d.h1.next_multiple_of(32).min(256) as u32, 1, 1),
-        shared_mem_bytes: ((d.s + 1) * 4) as u32,
+        shared_mem_bytes: (FIRST_ROWS * (d.s + 1) * 4) as u32,
     };
-    // SAFETY: qnet_first_layer(const float* x [rows x (S + 1)], u32 S, const float* w1 (net n's
+    // SAFETY: qnet_first_layer(const float* x [rows x (S + 1)], u32 S, u64 rows, const float* w1 (net n's
     // (S + 1) x h1 at n * param_stride, inside the flat parameters), u64 param_stride, u32 h1,
     // float* a1 [nets x rows x (h1 + 1)]): x is the update's staged input (2B rows) or the
     // acting input (N rows), a1 the matching activations (QNet::new, QNet::acting).
