@@ -187,7 +187,12 @@ impl Optimizer {
     }
 
     /// Norm, clip and Adam: the optimizer half of an update (two launches).
-    pub fn step(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mirror: Option<Mirror>) -> Result<()> {
+    pub fn step(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>) -> Result<()> {
+        self.step_mirrored(params, grads, None)
+    }
+
+    /// [`Optimizer::step`] with Adam also writing `mirror`'s parameters to their copy.
+    pub fn step_mirrored(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mirror: Option<Mirror>) -> Result<()> {
         self.grad_norm(grads)?;
         self.adam_mirrored(params, grads, mirror)
     }

@@ -681,12 +681,12 @@ impl QNet {
     pub fn optimize(&mut self) -> Result<()> {
         let p = self.d.params;
         if self.gemms_only {
-            return self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), None);
+            return self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view());
         }
         // Adam writes the online head parameters into the dense head matrix as it goes.
         let dense = self.heads_w.slice_mut(..(self.d.hw + 1) * self.d.ow);
         let mirror = Mirror { from: self.off.wv2, index: &self.heads_index, to: dense };
-        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))
+        self.opt.step_mirrored(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))
     }
 
     /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
