@@ -113,8 +113,9 @@ const QNET_BATCHES: [usize; 2] = [256, 1024];
 /// `tallyho bench qnet`: one full update of the default network (C51, 51 atoms; three
 /// forwards over two networks, loss, backward, clip, Adam, priorities) at B in {256, 1024},
 /// eager and graph-replayed, and its parts: `forward`, `loss`, `backward`, `optimizer`, and
-/// `update gemms` (the update's 14 GEMMs alone, and their TFLOP/s: GEMM flops / median),
-/// and `update (tf32)`, the update with TF32 tensor-core GEMMs. The `capacity` column is 0
+/// `update gemms` (the update's 13 GEMMs alone, and their TFLOP/s: GEMM flops / median),
+/// `update (tf32)`, the update with TF32 tensor-core GEMMs, and `update (cublas)`, the
+/// update on the cuBLAS engine instead of cuBLASLt. The `capacity` column is 0
 /// (no replay).
 pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let timing = Timing::of(opts)?;
@@ -149,6 +150,12 @@ pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
             st.net.update(&st.device_batch, &st.device_weights)
         })?);
         st.net.set_tf32(false)?;
+        // The cuBLAS engine (its own algorithm choice, split-K included, and qnet_relu).
+        st.net.set_gemm_engine(crate::blas::Engine::Cublas);
+        these.extend(timing.both_modes(gpu, &mut st, "update (cublas)", 0, batch, |st| {
+            st.net.update(&st.device_batch, &st.device_weights)
+        })?);
+        st.net.set_gemm_engine(crate::blas::Engine::Lt);
         rows.extend(these);
         gpu.synchronize()?;
     }
@@ -204,6 +211,14 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
             r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
         }
         rows.extend(tf32);
+        // The cuBLAS engine beside the cuBLASLt default.
+        net.set_gemm_engine(crate::blas::Engine::Cublas);
+        let mut cublas = timing.both_modes(gpu, &mut run, "experience step (cublas)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        net.set_gemm_engine(crate::blas::Engine::Lt);
+        for r in cublas.iter_mut() {
+            r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
+        }
+        rows.extend(cublas);
         gpu.synchronize()?;
     }
     Ok(rows)

@@ -22,7 +22,7 @@
 //! clip scale) live in device memory, so [`QNet::update_graphed`] captures the whole update
 //! once and replays it.
 
-use crate::blas::{Blas, Layout};
+use crate::blas::{Blas, Engine, Epilogue, Layout};
 use crate::error::{Error, Result};
 use crate::graph::{GraphSlot, Phase};
 use crate::optimizer::{Mirror, Optimizer};
@@ -278,6 +278,8 @@ pub struct QNet {
     /// Benchmarking only: launch the GEMMs and skip the kernels between them (the values
     /// are then meaningless), to time the GEMMs alone.
     gemms_only: bool,
+    /// The GEMM engine of every product (cuBLASLt unless set otherwise).
+    engine: Engine,
 }
 
 impl QNet {
@@ -358,8 +360,8 @@ impl QNet {
             heads_grad: s.alloc_zeros((d.hw + 1) * d.ow)?,
             x: s.alloc_zeros(r * (d.s + 1))?,
             a1: s.alloc_zeros(n * r * (d.h1 + 1))?,
-            a2: s.alloc_zeros(n * r * (d.h2 + 1))?,
-            ah: s.alloc_zeros(n * r * (d.hw + 1))?,
+            a2: s.clone_htod(&with_ones(n * r, d.h2, 0.0))?,
+            ah: s.clone_htod(&with_ones(n * r, d.hw, 0.0))?,
             y: s.alloc_zeros(n * r * d.ow)?,
             logits: s.alloc_zeros(n * r * d.lw)?,
             log_probs: s.alloc_zeros(n * r * d.lw)?,
@@ -376,6 +378,7 @@ impl QNet {
             dh1: s.alloc_zeros(batch * d.h1)?,
             graph: GraphSlot::new("qnet_update"),
             gemms_only: false,
+            engine: Engine::Lt,
             d,
         };
         net.set_params(&init, &init)?;
@@ -390,6 +393,14 @@ impl QNet {
 
     /// TF32 tensor-core GEMMs (an option for speed, with its own error: ~3e-4 relative per
     /// product, ../shared/GPU.md), or strict fp32 (the default, what the tests check).
+    /// The GEMM engine of every product: cuBLASLt (the default: no split-K kernels, the
+    /// hidden layers' ReLU in the GEMM epilogue) or cuBLAS with `qnet_relu` launches.
+    pub fn set_gemm_engine(&mut self, engine: Engine) {
+        self.engine = engine;
+        self.blas.set_engine(engine);
+        self.lanes.iter().for_each(|l| l.blas.set_engine(engine));
+    }
+
     pub fn set_tf32(&mut self, on: bool) -> Result<()> {
         self.blas.set_tf32(on)?;
         self.lanes.iter().try_for_each(|l| l.blas.set_tf32(on))
@@ -501,25 +512,18 @@ impl QNet {
         }
 
         let (p, r, off) = (d.params, d.rows, &self.off);
-        let pl = Layout::plain;
-        let all = NETS * r;
         // Hidden layers: a = relu([in | 1] [w; b]) for both networks (x is shared), the first
-        // by qnet_first_layer, the others by a GEMM and qnet_relu.
+        // by qnet_first_layer, the others by one product with a ReLU epilogue.
         if !self.gemms_only {
             first_layer(&self.stream, &self.k.first_layer, &self.x, d, &self.params.slice(off.w1..), NETS, r, p, &mut self.a1)?;
         }
+        let engine = self.engine;
         #[rustfmt::skip]
-        self.blas.gemm_batched(NETS, r, d.h2, d.h1 + 1, 1.0,
-            &self.a1, pl(d.h1 + 1), r * (d.h1 + 1),
-            &self.params.slice(off.w2..), pl(d.h2), p,
-            0.0, &mut self.a2, d.h2 + 1, r * (d.h2 + 1))?;
-        relu(self.gemms_only, &self.stream, &self.k.relu, &mut self.a2, all, d.h2)?;
+        hidden_layer(&self.blas, engine, self.gemms_only, &self.k.relu, NETS, r, d.h2, d.h1 + 1,
+            &self.a1, r * (d.h1 + 1), &self.params.slice(off.w2..), p, &mut self.a2)?;
         #[rustfmt::skip]
-        self.blas.gemm_batched(NETS, r, d.hw, d.h2 + 1, 1.0,
-            &self.a2, pl(d.h2 + 1), r * (d.h2 + 1),
-            &self.params.slice(off.wh..), pl(d.hw), p,
-            0.0, &mut self.ah, d.hw + 1, r * (d.hw + 1))?;
-        relu(self.gemms_only, &self.stream, &self.k.relu, &mut self.ah, all, d.hw)?;
+        hidden_layer(&self.blas, engine, self.gemms_only, &self.k.relu, NETS, r, d.hw, d.h2 + 1,
+            &self.a2, r * (d.h2 + 1), &self.params.slice(off.wh..), p, &mut self.ah)?;
         self.forward_heads()?;
         self.forward_head()
     }
@@ -732,8 +736,8 @@ impl QNet {
         Ok(Acting {
             rows,
             a1: s.alloc_zeros(rows * (d.h1 + 1))?,
-            a2: s.alloc_zeros(rows * (d.h2 + 1))?,
-            ah: s.alloc_zeros(rows * (d.hw + 1))?,
+            a2: s.clone_htod(&with_ones(rows, d.h2, 0.0))?,
+            ah: s.clone_htod(&with_ones(rows, d.hw, 0.0))?,
             y: s.alloc_zeros(rows * d.ow)?,
             q: s.alloc_zeros(rows * d.qw)?,
         })
@@ -748,10 +752,9 @@ impl QNet {
         let off = &self.off;
         let (relu_k, st) = (&self.k.relu, &self.stream);
         first_layer(st, &self.k.first_layer, x, d, &self.params.slice(off.w1..), 1, r, 0, &mut a.a1)?;
-        self.blas.gemm(r, d.h2, d.h1 + 1, 1.0, &a.a1, pl(d.h1 + 1), &self.params.slice(off.w2..), pl(d.h2), 0.0, &mut a.a2, d.h2 + 1)?;
-        relu(false, st, relu_k, &mut a.a2, r, d.h2)?;
-        self.blas.gemm(r, d.hw, d.h2 + 1, 1.0, &a.a2, pl(d.h2 + 1), &self.params.slice(off.wh..), pl(d.hw), 0.0, &mut a.ah, d.hw + 1)?;
-        relu(false, st, relu_k, &mut a.ah, r, d.hw)?;
+        let e = self.engine;
+        hidden_layer(&self.blas, e, false, relu_k, 1, r, d.h2, d.h1 + 1, &a.a1, 0, &self.params.slice(off.w2..), 0, &mut a.a2)?;
+        hidden_layer(&self.blas, e, false, relu_k, 1, r, d.hw, d.h2 + 1, &a.a2, 0, &self.params.slice(off.wh..), 0, &mut a.ah)?;
         // The heads' output products side by side: the value head on the main stream, the
         // branches across the lanes (as in forward_heads).
         let side = (self.heads.len() - 1).min(LANES);
@@ -855,10 +858,15 @@ impl QNet {
     /// wrote every element.
     pub fn poison_outputs(&mut self) -> Result<()> {
         let s = self.stream.clone();
+        let (d, all) = (self.d, NETS * self.d.rows);
+        // The activations' ones columns are constants of the layout (set at allocation,
+        // rewritten by `load`), not outputs: they keep their ones.
+        for (buf, width, rows) in [(&mut self.a1, d.h1, all), (&mut self.a2, d.h2, all), (&mut self.ah, d.hw, all), (&mut self.x, d.s, d.rows)] {
+            s.memcpy_htod(&with_ones(rows, width, f32::NAN), buf)?;
+        }
         for buf in [
-            &mut self.a1, &mut self.a2, &mut self.ah, &mut self.y, &mut self.logits, &mut self.log_probs,
-            &mut self.probs, &mut self.q, &mut self.priorities, &mut self.dy, &mut self.dhh, &mut self.dh2,
-            &mut self.dh1, &mut self.grads, &mut self.x,
+            &mut self.y, &mut self.logits, &mut self.log_probs, &mut self.probs, &mut self.q, &mut self.priorities, &mut self.dy,
+            &mut self.dhh, &mut self.dh2, &mut self.dh1, &mut self.grads,
         ] {
             let nan = vec![f32::NAN; buf.len()];
             s.memcpy_htod(&nan, buf)?;
@@ -955,6 +963,44 @@ fn launch_head(
     // (net, row, action), 2 NA doubles of dynamic shared memory per warp.
     unsafe { l.launch(launch) }?;
     Ok(())
+}
+
+/// `rows` rows of `width` values and a ones column (each value `fill`).
+fn with_ones(rows: usize, width: usize, fill: f32) -> Vec<f32> {
+    let mut v = vec![fill; rows * (width + 1)];
+    v.iter_mut().skip(width).step_by(width + 1).for_each(|x| *x = 1.0);
+    v
+}
+
+/// A hidden layer after the first on `nets` networks (operand i at i * stride):
+/// `out = relu([in | 1] [w; b])`, out's ones column left as allocated. cuBLASLt: one
+/// product with a ReLU epilogue; cuBLAS: the product, then `qnet_relu` (which rewrites the
+/// ones column too).
+#[allow(clippy::too_many_arguments)]
+fn hidden_layer(
+    blas: &Blas,
+    engine: Engine,
+    gemms_only: bool,
+    relu_k: &CudaFunction,
+    nets: usize,
+    rows: usize,
+    width: usize,
+    fan_in: usize,
+    input: &CudaSlice<f32>,
+    input_stride: usize,
+    w: &CudaView<f32>,
+    w_stride: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let pl = Layout::plain;
+    let epilogue = if engine == Engine::Lt { Epilogue::Relu } else { Epilogue::None };
+    #[rustfmt::skip]
+    blas.gemm_batched_ep(nets, rows, width, fan_in, 1.0, input, pl(fan_in), input_stride, w, pl(width), w_stride,
+        0.0, out, width + 1, rows * (width + 1), epilogue)?;
+    if engine == Engine::Lt {
+        return Ok(());
+    }
+    relu(gemms_only, blas.stream(), relu_k, out, nets * rows, width)
 }
 
 /// Rows of a `qnet_first_layer` block (`QNET_FIRST_ROWS`).
