@@ -5,9 +5,10 @@
 //!
 //! Two engines run the same calls: cuBLAS (`cublasSgemm`, its own algorithm choice, which
 //! at these sizes often splits K into a second reduction kernel) and cuBLASLt with a plan
-//! per call shape, made on first use (descriptors, layouts and the heuristic's algorithm
-//! among those without a K split, so one kernel per product and a fixed summation order),
-//! which can also apply a ReLU epilogue.
+//! per call shape, made on first use (descriptors, layouts and the heuristic's algorithm,
+//! without a K split unless the product is a small output over a long K, see
+//! `reduction_schemes`; a fixed summation order either way), which can also apply a ReLU
+//! epilogue.
 
 use crate::error::{Error, Result};
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
@@ -326,6 +327,23 @@ impl Drop for Plan {
     }
 }
 
+/// The K-split reductions a product may use (a cublasLtReductionScheme_t mask). A split
+/// adds a reduction kernel after the product (~3-8 us at these sizes, measured), which pays
+/// only when the output is too small to fill the GPU and the K loop is long: fewer 64 x 64
+/// output tiles (over the batch) than half the H200's 132 SMs, and K of at least 1024 (at
+/// B = 1024 the weight gradients, whose K is the batch, measured 20 us slower in all
+/// without a split; at B = 256 every product measured faster without). Only the schemes
+/// that reduce through the workspace in a fixed order are allowed, never the in-place one.
+fn reduction_schemes(key: &PlanKey) -> u32 {
+    use ltsys::cublasLtReductionScheme_t::{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, CUBLASLT_REDUCTION_SCHEME_NONE, CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE};
+    let tiles = key.m.div_ceil(64) * key.n.div_ceil(64) * key.batch;
+    if tiles < 66 && key.k >= 1024 {
+        CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32 | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE as u32
+    } else {
+        CUBLASLT_REDUCTION_SCHEME_NONE as u32
+    }
+}
+
 /// Workspace of each cuBLASLt engine.
 const LT_WORKSPACE: usize = 8 << 20;
 
@@ -423,7 +441,7 @@ impl LtEngine {
             }
         }
         let pref = lt::create_matmul_pref().map_err(|e| lt_err("preference", e))?;
-        let (ws, reduction) = (LT_WORKSPACE as u64, ltsys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_NONE as u32);
+        let (ws, reduction) = (LT_WORKSPACE as u64, reduction_schemes(key));
         // SAFETY: u64 workspace bytes and a u32 reduction-scheme mask, as documented; the
         // descriptors and layouts are the ones just made; pref is destroyed right after.
         let heuristic = unsafe {
