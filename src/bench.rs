@@ -169,7 +169,8 @@ const ENV_COUNTS: [usize; 2] = [256, 4096];
 /// (state gather, the online Q-forward of the default C51 network, action select at
 /// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
 /// with env transitions/s = N / median; and its parts: `q-forward (acting)` and
-/// `env kernels` (the four environment kernels alone); and `experience step (tf32)`, the
+/// `env kernels` (the four environment kernels alone); `experience step (cublas)`, the step
+/// with its products on the cuBLAS engine; and `experience step (tf32)`, the
 /// step with TF32 tensor-core GEMMs in the Q-forward. The `batch` column holds N.
 pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::env::{load_market, Env};
