@@ -496,7 +496,7 @@ pub fn check_qnet_forward(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>>
     Ok(out)
 }
 
-/// `qnet_loss` (+ `qnet_loss_reduce`) against the oracle's loss evaluated on the GPU's own
+/// `qnet_loss` (its batch loss included) against the oracle's loss evaluated on the GPU's own
 /// forward outputs: the Double DQN actions exactly, then the loss at those actions.
 pub fn check_qnet_loss(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
     use tallyho_oracle::qnet as spec;

@@ -391,16 +391,18 @@ impl QNet {
         self.gemms_only = on;
     }
 
-    /// TF32 tensor-core GEMMs (an option for speed, with its own error: ~3e-4 relative per
-    /// product, ../shared/GPU.md), or strict fp32 (the default, what the tests check).
-    /// The GEMM engine of every product: cuBLASLt (the default: no split-K kernels, the
-    /// hidden layers' ReLU in the GEMM epilogue) or cuBLAS with `qnet_relu` launches.
+    /// The GEMM engine of every product: cuBLASLt (the default: a K split only for small
+    /// outputs over a long K, the hidden layers' ReLU in the GEMM epilogue) or cuBLAS with
+    /// `qnet_relu` launches. Like [`QNet::set_tf32`], it applies to launches made after it,
+    /// not to a graph already captured.
     pub fn set_gemm_engine(&mut self, engine: Engine) {
         self.engine = engine;
         self.blas.set_engine(engine);
         self.lanes.iter().for_each(|l| l.blas.set_engine(engine));
     }
 
+    /// TF32 tensor-core GEMMs (an option for speed, with its own error: ~3e-4 relative per
+    /// product, ../shared/GPU.md), or strict fp32 (the default, what the tests check).
     pub fn set_tf32(&mut self, on: bool) -> Result<()> {
         self.blas.set_tf32(on)?;
         self.lanes.iter().try_for_each(|l| l.blas.set_tf32(on))
