@@ -87,7 +87,7 @@ impl Blas {
         *self.engine.lock().unwrap_or_else(|e| e.into_inner()) = engine;
     }
 
-    fn engine(&self) -> Engine {
+    pub fn engine(&self) -> Engine {
         *self.engine.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -154,27 +154,6 @@ impl Blas {
         self.product(Shape { m, n, k, la, lb, ldc, batch: 1, strides: (0, 0, 0) }, alpha, a, b, beta, c, Epilogue::None)
     }
 
-    /// [`Blas::gemm`] with an epilogue.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemm_ep<A: DevicePtr<f32>, B: DevicePtr<f32>, C: DevicePtrMut<f32>>(
-        &self,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &A,
-        la: Layout,
-        b: &B,
-        lb: Layout,
-        c: &mut C,
-        ldc: usize,
-        epilogue: Epilogue,
-    ) -> Result<()> {
-        Self::check("A", a.len(), la, m, k)?;
-        Self::check("B", b.len(), lb, k, n)?;
-        Self::check("C", c.len(), Layout::plain(ldc), m, n)?;
-        self.product(Shape { m, n, k, la, lb, ldc, batch: 1, strides: (0, 0, 0) }, 1.0, a, b, 0.0, c, epilogue)
-    }
-
     /// One product (or strided batch) on the chosen engine; extents already checked.
     #[allow(clippy::too_many_arguments)]
     fn product<A: DevicePtr<f32>, B: DevicePtr<f32>, C: DevicePtrMut<f32>>(
@@ -217,33 +196,10 @@ impl Blas {
     }
 
     /// `count` products at once, operand i at offset `i * stride` of each buffer (a stride
-    /// of 0 shares the operand): e.g. the online and target networks on the same input.
+    /// of 0 shares the operand): e.g. the online and target networks on the same input;
+    /// `epilogue` applied to each result (a ReLU needs the cuBLASLt engine).
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_batched<A: DevicePtr<f32>, B: DevicePtr<f32>, C: DevicePtrMut<f32>>(
-        &self,
-        count: usize,
-        m: usize,
-        n: usize,
-        k: usize,
-        alpha: f32,
-        a: &A,
-        la: Layout,
-        stride_a: usize,
-        b: &B,
-        lb: Layout,
-        stride_b: usize,
-        beta: f32,
-        c: &mut C,
-        ldc: usize,
-        stride_c: usize,
-    ) -> Result<()> {
-        let none = Epilogue::None;
-        self.gemm_batched_ep(count, m, n, k, alpha, a, la, stride_a, b, lb, stride_b, beta, c, ldc, stride_c, none)
-    }
-
-    /// [`Blas::gemm_batched`] with an epilogue.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemm_batched_ep<A: DevicePtr<f32>, B: DevicePtr<f32>, C: DevicePtrMut<f32>>(
         &self,
         count: usize,
         m: usize,
@@ -487,11 +443,10 @@ impl LtEngine {
             tf32,
         };
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        if !plans.contains_key(&key) {
-            let plan = self.plan(&key)?;
-            plans.insert(key, plan);
-        }
-        let plan = plans.get(&key).ok_or_else(|| Error::Usage("cuBLASLt plan cache".into()))?;
+        let plan = match plans.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(self.plan(&key)?),
+        };
         let s = &self.stream;
         let (pa, _ga) = a.device_ptr(s);
         let (pb, _gb) = b.device_ptr(s);

@@ -140,13 +140,9 @@ impl Optimizer {
         Ok(())
     }
 
-    /// `qnet_adam` with the step and clip scale of the last `grad_norm`.
-    pub fn adam(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>) -> Result<()> {
-        self.adam_mirrored(params, grads, None)
-    }
-
-    /// `qnet_adam`, also writing the parameters `mirror` names to their places in its copy.
-    pub fn adam_mirrored(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mut mirror: Option<Mirror>) -> Result<()> {
+    /// `qnet_adam` with the step and clip scale of the last `grad_norm`; with a `mirror`,
+    /// also writing its parameters to their places in its copy.
+    pub fn adam(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mut mirror: Option<Mirror>) -> Result<()> {
         self.check("parameters", params.len())?;
         self.check("gradient", grads.len())?;
         let n = self.n as u64;
@@ -154,7 +150,7 @@ impl Optimizer {
         let (mirror_from, mirror_count) = match &mirror {
             Some(m) => {
                 let count = m.index.len();
-                if m.from + count > self.n || m.to.len() == 0 {
+                if m.from + count > self.n {
                     return Err(Error::Usage(format!(
                         "an Adam mirror of {count} parameters from {} over {} parameters: it must lie inside them",
                         m.from, self.n
@@ -186,15 +182,10 @@ impl Optimizer {
         Ok(())
     }
 
-    /// Norm, clip and Adam: the optimizer half of an update (two launches).
-    pub fn step(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>) -> Result<()> {
-        self.step_mirrored(params, grads, None)
-    }
-
-    /// [`Optimizer::step`] with Adam also writing `mirror`'s parameters to their copy.
-    pub fn step_mirrored(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mirror: Option<Mirror>) -> Result<()> {
+    /// Norm, clip and Adam (with its `mirror`): the optimizer half of an update (two launches).
+    pub fn step(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mirror: Option<Mirror>) -> Result<()> {
         self.grad_norm(grads)?;
-        self.adam_mirrored(params, grads, mirror)
+        self.adam(params, grads, mirror)
     }
 
     /// `qnet_target_sync`: one device-to-device copy, or the Polyak average with `tau`.

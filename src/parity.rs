@@ -280,7 +280,7 @@ pub fn check_qnet_adam(gpu: &Gpu, n: usize, step: u32, grad_scale: f32, seed: u6
     let mut opt = crate::optimizer::Optimizer::new(gpu, &cfg, n)?;
     opt.set_state(&m, &v, step)?;
     let mut dp = gpu.stream.clone_htod(&p)?;
-    opt.step(&mut dp.as_view_mut(), &gpu.stream.clone_htod(&g)?.as_view())?;
+    opt.step(&mut dp.as_view_mut(), &gpu.stream.clone_htod(&g)?.as_view(), None)?;
     let wide = |x: &[f32]| x.iter().map(|&y| f64::from(y)).collect::<Vec<f64>>();
     let mut g64 = wide(&g);
     clip_grads(&mut g64, f64::from(cfg.grad_clip));

@@ -278,8 +278,6 @@ pub struct QNet {
     /// Benchmarking only: launch the GEMMs and skip the kernels between them (the values
     /// are then meaningless), to time the GEMMs alone.
     gemms_only: bool,
-    /// The GEMM engine of every product (cuBLASLt unless set otherwise).
-    engine: Engine,
 }
 
 impl QNet {
@@ -378,7 +376,6 @@ impl QNet {
             dh1: s.alloc_zeros(batch * d.h1)?,
             graph: GraphSlot::new("qnet_update"),
             gemms_only: false,
-            engine: Engine::Lt,
             d,
         };
         net.set_params(&init, &init)?;
@@ -396,7 +393,6 @@ impl QNet {
     /// `qnet_relu` launches. Like [`QNet::set_tf32`], it applies to launches made after it,
     /// not to a graph already captured.
     pub fn set_gemm_engine(&mut self, engine: Engine) {
-        self.engine = engine;
         self.blas.set_engine(engine);
         self.lanes.iter().for_each(|l| l.blas.set_engine(engine));
     }
@@ -519,12 +515,11 @@ impl QNet {
         if !self.gemms_only {
             first_layer(&self.stream, &self.k.first_layer, &self.x, d, &self.params.slice(off.w1..), NETS, r, p, &mut self.a1)?;
         }
-        let engine = self.engine;
         #[rustfmt::skip]
-        hidden_layer(&self.blas, engine, self.gemms_only, &self.k.relu, NETS, r, d.h2, d.h1 + 1,
+        hidden_layer(&self.blas, self.gemms_only, &self.k.relu, NETS, r, d.h2, d.h1 + 1,
             &self.a1, r * (d.h1 + 1), &self.params.slice(off.w2..), p, &mut self.a2)?;
         #[rustfmt::skip]
-        hidden_layer(&self.blas, engine, self.gemms_only, &self.k.relu, NETS, r, d.hw, d.h2 + 1,
+        hidden_layer(&self.blas, self.gemms_only, &self.k.relu, NETS, r, d.hw, d.h2 + 1,
             &self.a2, r * (d.h2 + 1), &self.params.slice(off.wh..), p, &mut self.ah)?;
         self.forward_heads()?;
         self.forward_head()
@@ -545,7 +540,7 @@ impl QNet {
             blas.gemm_batched(NETS, r, width, fan_in, 1.0,
                 &self.ah.slice(row..), pl(d.hw + 1), r * (d.hw + 1),
                 &self.heads_w.slice(row * d.ow + col..), pl(d.ow), dense,
-                0.0, &mut self.y.slice_mut(col..), d.ow, r * d.ow)?;
+                0.0, &mut self.y.slice_mut(col..), d.ow, r * d.ow, Epilogue::None)?;
         }
         self.join(0..side)
     }
@@ -686,13 +681,9 @@ impl QNet {
     /// parameters into the online dense head matrix (so it needs no rebuild).
     pub fn optimize(&mut self) -> Result<()> {
         let p = self.d.params;
-        if self.gemms_only {
-            return self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view());
-        }
-        // Adam writes the online head parameters into the dense head matrix as it goes.
         let dense = self.heads_w.slice_mut(..(self.d.hw + 1) * self.d.ow);
         let mirror = Mirror { from: self.off.wv2, index: &self.heads_index, to: dense };
-        self.opt.step_mirrored(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))
+        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))
     }
 
     /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
@@ -754,9 +745,8 @@ impl QNet {
         let off = &self.off;
         let (relu_k, st) = (&self.k.relu, &self.stream);
         first_layer(st, &self.k.first_layer, x, d, &self.params.slice(off.w1..), 1, r, 0, &mut a.a1)?;
-        let e = self.engine;
-        hidden_layer(&self.blas, e, false, relu_k, 1, r, d.h2, d.h1 + 1, &a.a1, 0, &self.params.slice(off.w2..), 0, &mut a.a2)?;
-        hidden_layer(&self.blas, e, false, relu_k, 1, r, d.hw, d.h2 + 1, &a.a2, 0, &self.params.slice(off.wh..), 0, &mut a.ah)?;
+        hidden_layer(&self.blas, false, relu_k, 1, r, d.h2, d.h1 + 1, &a.a1, 0, &self.params.slice(off.w2..), 0, &mut a.a2)?;
+        hidden_layer(&self.blas, false, relu_k, 1, r, d.hw, d.h2 + 1, &a.a2, 0, &self.params.slice(off.wh..), 0, &mut a.ah)?;
         // The heads' output products side by side: the value head on the main stream, the
         // branches across the lanes (as in forward_heads).
         let side = (self.heads.len() - 1).min(LANES);
@@ -981,7 +971,6 @@ fn with_ones(rows: usize, width: usize, fill: f32) -> Vec<f32> {
 #[allow(clippy::too_many_arguments)]
 fn hidden_layer(
     blas: &Blas,
-    engine: Engine,
     gemms_only: bool,
     relu_k: &CudaFunction,
     nets: usize,
@@ -994,12 +983,12 @@ fn hidden_layer(
     w_stride: usize,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    let pl = Layout::plain;
-    let epilogue = if engine == Engine::Lt { Epilogue::Relu } else { Epilogue::None };
+    let (pl, lt) = (Layout::plain, blas.engine() == Engine::Lt);
+    let epilogue = if lt { Epilogue::Relu } else { Epilogue::None };
     #[rustfmt::skip]
-    blas.gemm_batched_ep(nets, rows, width, fan_in, 1.0, input, pl(fan_in), input_stride, w, pl(width), w_stride,
+    blas.gemm_batched(nets, rows, width, fan_in, 1.0, input, pl(fan_in), input_stride, w, pl(width), w_stride,
         0.0, out, width + 1, rows * (width + 1), epilogue)?;
-    if engine == Engine::Lt {
+    if lt {
         return Ok(());
     }
     relu(gemms_only, blas.stream(), relu_k, out, nets * rows, width)

@@ -59,7 +59,9 @@ mod gpu {
         for engine in ENGINES {
             blas.set_engine(engine);
             let mut dy = gpu.stream.alloc_zeros::<f32>(2 * m * n).unwrap();
-            blas.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n, 0.0, &mut dy, n, m * n).unwrap();
+            #[rustfmt::skip]
+            blas.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
+                0.0, &mut dy, n, m * n, Epilogue::None).unwrap();
             let got = gpu.stream.clone_dtoh(&dy).unwrap();
             for i in 0..2 {
                 let wi = &w[i * k * n..(i + 1) * k * n];
@@ -85,7 +87,7 @@ mod gpu {
         let ones: Vec<f32> = (0..2 * m * (n + 1)).map(|i| if i % (n + 1) == n { 1.0 } else { f32::NAN }).collect();
         let mut dy = gpu.stream.clone_htod(&ones).unwrap();
         #[rustfmt::skip]
-        blas.gemm_batched_ep(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
+        blas.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
             0.0, &mut dy, n + 1, m * (n + 1), Epilogue::Relu).unwrap();
         let got = gpu.stream.clone_dtoh(&dy).unwrap();
         for i in 0..2 {
@@ -99,7 +101,9 @@ mod gpu {
         }
         // cuBLAS has no epilogue: asked for one, it refuses and names the engine that has it.
         blas.set_engine(Engine::Cublas);
-        let err = blas.gemm_ep(m, n, k, &dx, Layout::plain(k), &dw, Layout::plain(n), &mut dy, n + 1, Epilogue::Relu).unwrap_err();
+        #[rustfmt::skip]
+        let err = blas.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
+            0.0, &mut dy, n + 1, m * (n + 1), Epilogue::Relu).unwrap_err();
         assert!(err.to_string().contains("needs the cuBLASLt engine"), "{err}");
     }
 

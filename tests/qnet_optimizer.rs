@@ -51,8 +51,8 @@ mod gpu {
         let mut slot = GraphSlot::new("optimizer_step");
         let mut previous = p.clone();
         for step in 1..=20u32 {
-            eager.step(&mut pe.as_view_mut(), &dg.as_view()).unwrap();
-            slot.run(&gpu.stream, 0, || graphed.step(&mut pg.as_view_mut(), &dg.as_view())).unwrap();
+            eager.step(&mut pe.as_view_mut(), &dg.as_view(), None).unwrap();
+            slot.run(&gpu.stream, 0, || graphed.step(&mut pg.as_view_mut(), &dg.as_view(), None)).unwrap();
             let (a, b) = (gpu.stream.clone_dtoh(&pe).unwrap(), gpu.stream.clone_dtoh(&pg).unwrap());
             assert_all(&[
                 compare_bitwise("params", &b, &a),
