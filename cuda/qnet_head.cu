@@ -7,7 +7,7 @@
 // exp(log_probs) within a double ulp) and Q = sum_z probs z_z (C51); for NA = 1 Q is the logit.
 // Arithmetic in double, each stored value rounded once to float. Oracle: qnet::head.
 //
-// Layouts (`rows` rows per net):
+// Layouts (`rows` rows per net; task row at = net * rows + row):
 //   y         [nets][rows][out]   out = NA (1 + sum_k n_k): value, then branch k at out[k+1]
 //   bias      [out] at net * bias_stride
 //   logits, log_probs, probs  [nets][rows][L]   L = sum_k n_k NA, branch k at logit[k]
@@ -15,94 +15,122 @@
 // `dists` = 0 writes q only (acting reads nothing else; the three distribution outputs may
 // then be null); otherwise logits, and for NA > 1 log_probs and probs, too.
 //
-// One warp per (net, row, action): the warp's lanes split the atoms z (lane, lane + 32, ...),
-// each lane forming its own logits (the branch's advantage mean over the actions included,
-// recomputed by every action's warp: n_k loads per atom, cheaper than a block-wide step),
-// so the only exchanges are three butterfly reductions (max, sum of e, Q) and all of a row's
-// actions run at once. NA = 1: lane 0 alone.
-// Grid: ceil(nets rows A / QNET_HEAD_WARPS) blocks of 32 QNET_HEAD_WARPS threads; dynamic
-// shared memory: 2 NA doubles per warp (the action's logits and their exps).
+// Work split, so that each value is formed once: a block takes `block_rows` task rows.
+//   1. stage: every thread widens its share of the rows' y + bias into shared memory (double);
+//   2. mean: each branch's advantage mean per atom, once per (row, branch, z), in order j;
+//   3. softmax: a group of `lpa` lanes (a power of two <= 32, so a group never straddles a
+//      warp) per (row, action); lane l takes atoms z = l, l + lpa, ... (at most
+//      QNET_HEAD_SLOTS, held in registers), and the group's lanes reduce max, sum of e and Q
+//      by butterflies of log2(lpa) steps.
+// The host picks lpa, the least power of two with NA <= lpa QNET_HEAD_SLOTS (8 for 51 atoms:
+// 7 atoms a lane, 91% of the lanes busy; 1 for NA = 1). The reductions run in double in
+// another order than the oracle's sums: ~1e-16 relative, invisible after the float rounding.
+// Grid: ceil(nets rows / block_rows) blocks of block_rows A lpa threads (rounded up to whole
+// warps); dynamic shared memory: block_rows (out + K NA) doubles.
 #include "common/qnet.cuh"
 
-#define QNET_HEAD_WARPS 4
+#define QNET_HEAD_SLOTS 8
 
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;  // the butterfly gives every lane the same bits (a + b == b + a)
+// Sum and max over the `lpa` lanes of `mask` (one group): every lane gets the same bits.
+__device__ __forceinline__ double group_sum(double v, unsigned int mask, unsigned int lpa) {
+    for (unsigned int offset = lpa / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset, lpa);
+    return v;
 }
 
-__device__ __forceinline__ double warp_max(double v) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, offset));
+__device__ __forceinline__ double group_max(double v, unsigned int mask, unsigned int lpa) {
+    for (unsigned int offset = lpa / 2; offset > 0; offset >>= 1) v = fmax(v, __shfl_xor_sync(mask, v, offset, lpa));
     return v;
 }
 
 extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* __restrict__ bias,
                                      unsigned long long bias_stride, const BranchShape shape, unsigned int na,
                                      float v_min, float v_max, unsigned int rows, unsigned int nets,
-                                     unsigned int dists, float* __restrict__ logits, float* __restrict__ log_probs,
+                                     unsigned int lpa, unsigned int block_rows, unsigned int dists,
+                                     float* __restrict__ logits, float* __restrict__ log_probs,
                                      float* __restrict__ probs, float* __restrict__ q) {
     extern __shared__ double head_smem[];
-    const unsigned int nbranch = shape.count, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const unsigned int A = shape.q[nbranch];
-    const unsigned long long task = (unsigned long long)blockIdx.x * QNET_HEAD_WARPS + warp;
-    if (task >= (unsigned long long)nets * rows * A) return;  // whole warps only
-    const unsigned long long at = task / A;                   // net * rows + row
-    const unsigned int act = (unsigned int)(task % A), net = (unsigned int)(at / rows);
+    const unsigned int nbranch = shape.count, A = shape.q[nbranch];
+    const unsigned int out_w = shape.out[nbranch + 1], L = shape.logit[nbranch], mean_w = nbranch * na;
+    const unsigned long long first = (unsigned long long)blockIdx.x * block_rows;
+    const unsigned long long total = (unsigned long long)nets * rows;
+    const unsigned int here = (unsigned int)min((unsigned long long)block_rows, total - first);
+    double* staged = head_smem;                   // [block_rows][out_w]
+    double* mean = staged + block_rows * out_w;   // [block_rows][K][NA]
+
+    // 1. stage
+    for (unsigned int i = threadIdx.x; i < here * out_w; i += blockDim.x) {
+        const unsigned int r = i / out_w, c = i - r * out_w;
+        const unsigned long long at = first + r;
+        const unsigned int net = (unsigned int)(at / rows);
+        staged[i] = (double)y[at * out_w + c] + (double)bias[net * bias_stride + c];
+    }
+    __syncthreads();
+    // 2. mean
+    for (unsigned int i = threadIdx.x; i < here * mean_w; i += blockDim.x) {
+        const unsigned int r = i / mean_w, kz = i - r * mean_w, k = kz / na, z = kz - k * na;
+        const double* a = staged + r * out_w + shape.out[k + 1] + z;
+        const unsigned int n = shape.n[k];
+        double sum = 0.0;
+        for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
+        mean[i] = sum / (double)n;
+    }
+    __syncthreads();
+
+    // 3. softmax: group g of the block is (row r, action act).
+    const unsigned int g = threadIdx.x / lpa, lane = threadIdx.x % lpa;
+    const unsigned int r = g / A, act = g - r * A;
+    if (r >= here) return;  // whole groups only: a group's lanes return together
+    const unsigned int warp_lane = threadIdx.x % 32;
+    const unsigned int mask = (lpa == 32 ? 0xffffffffu : ((1u << lpa) - 1u)) << (warp_lane - lane);
     unsigned int k = 0;
     while (act >= shape.q[k + 1]) ++k;
-    const unsigned int n = shape.n[k], j = act - shape.q[k], out_w = shape.out[nbranch + 1], L = shape.logit[nbranch];
-    const float* yr = y + at * out_w;
-    const float* br = bias + net * bias_stride;
-    const unsigned int adv = shape.out[k + 1], col = adv + j * na;
-    // The staged head output y + bias of column c, in double (the oracle's input).
-    auto staged = [&](unsigned int c) { return (double)yr[c] + (double)br[c]; };
-    // The dueling logit of atom z: (v + a_j) - (1/n) sum_j' a_j', the mean in order.
-    auto logit = [&](unsigned int z) {
-        double sum = 0.0;
-        for (unsigned int i = 0; i < n; ++i) sum += staged(adv + i * na + z);
-        return (staged(z) + staged(col + z)) - sum / (double)n;
-    };
+    const unsigned int j = act - shape.q[k];
+    const double* s = staged + r * out_w;
+    const double* a = s + shape.out[k + 1] + j * na;
+    const double* m = mean + r * mean_w + k * na;
+    const unsigned long long at = first + r;
     const unsigned long long base = at * L + shape.logit[k] + j * na;
 
-    if (na == 1) {
-        if (lane == 0) {
-            const float l = (float)logit(0);
-            if (dists) logits[base] = l;
-            q[at * A + act] = l;
-        }
+    if (na == 1) {  // lpa = 1: the logit is Q
+        const float l = (float)((s[0] + a[0]) - m[0]);
+        if (dists) logits[base] = l;
+        q[at * A + act] = l;
         return;
     }
 
-    double* lrow = head_smem + warp * 2 * na;
-    double* expo = lrow + na;
+    double l[QNET_HEAD_SLOTS], e[QNET_HEAD_SLOTS];
     double mx = __longlong_as_double(0xfff0000000000000ull);  // -inf
-    for (unsigned int z = lane; z < na; z += 32) {
-        const double l = logit(z);
-        lrow[z] = l;
-        mx = fmax(mx, l);
+#pragma unroll
+    for (unsigned int i = 0; i < QNET_HEAD_SLOTS; ++i) {
+        const unsigned int z = lane + i * lpa;
+        l[i] = z < na ? (s[z] + a[z]) - m[z] : mx;
+        mx = fmax(mx, l[i]);
     }
-    mx = warp_max(mx);
+    mx = group_max(mx, mask, lpa);
     double se = 0.0;
-    for (unsigned int z = lane; z < na; z += 32) {
-        const double e = exp(lrow[z] - mx);
-        expo[z] = e;
-        se += e;
+#pragma unroll
+    for (unsigned int i = 0; i < QNET_HEAD_SLOTS; ++i) {
+        const unsigned int z = lane + i * lpa;
+        e[i] = z < na ? exp(l[i] - mx) : 0.0;
+        se += e[i];
     }
-    se = warp_sum(se);
+    se = group_sum(se, mask, lpa);
     const double inv = 1.0 / se, lse = dists ? mx + log(se) : 0.0;
     const double lo = (double)v_min, dz = ((double)v_max - lo) / (double)(na - 1);
     double qs = 0.0;
-    for (unsigned int z = lane; z < na; z += 32) {
-        const double pz = expo[z] * inv;
-        qs += pz * support_atom(lo, dz, z);
-        if (dists) {
-            logits[base + z] = (float)lrow[z];
-            log_probs[base + z] = (float)(lrow[z] - lse);
-            probs[base + z] = (float)pz;
+#pragma unroll
+    for (unsigned int i = 0; i < QNET_HEAD_SLOTS; ++i) {
+        const unsigned int z = lane + i * lpa;
+        if (z < na) {
+            const double pz = e[i] * inv;
+            qs += pz * support_atom(lo, dz, z);
+            if (dists) {
+                logits[base + z] = (float)l[i];
+                log_probs[base + z] = (float)(l[i] - lse);
+                probs[base + z] = (float)pz;
+            }
         }
     }
-    qs = warp_sum(qs);
+    qs = group_sum(qs, mask, lpa);
     if (lane == 0) q[at * A + act] = (float)qs;
 }

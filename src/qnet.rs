@@ -55,8 +55,14 @@ impl Acting {
     }
 }
 
-/// Warps of a `qnet_head` block (QNET_HEAD_WARPS in cuda/qnet_head.cu), one per (row, action).
-const HEAD_WARPS: usize = 4;
+/// Atoms a `qnet_head` lane holds in registers (QNET_HEAD_SLOTS in cuda/qnet_head.cu).
+const HEAD_SLOTS: usize = 8;
+
+/// Threads a `qnet_head` block aims at: whole rows of (action, lane) groups up to this many.
+const HEAD_THREADS: usize = 256;
+
+/// Most dynamic shared memory a kernel may take without opting in (48 KiB).
+const SMEM_DEFAULT: usize = 48 * 1024;
 
 /// The two networks of a forward: online (0) and target (1).
 const NETS: usize = 2;
@@ -312,6 +318,7 @@ impl QNet {
             kk: cfg.num_branches(),
             params: spec::param_count(cfg),
         };
+        head_split(d)?; // the head's limits, refused here rather than at the first forward
         let s = &gpu.stream;
         let f = |kernel: &str, entry: &str| gpu.function(kernel, entry);
         let k = Kernels {
@@ -931,11 +938,14 @@ fn launch_head(
     let (na, rows32, nets32) = (d.na as u32, rows as u32, nets as u32);
     let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
     let bias = heads_w.slice(bias_at..);
-    let tasks = nets * rows * d.qw;
-    let blocks = u32::try_from(tasks.div_ceil(HEAD_WARPS))
-        .map_err(|_| Error::Usage(format!("qnet_head over {nets} x {rows} rows x {} actions: too many for one grid", d.qw)))?;
+    let s = head_split(d)?;
+    let blocks = u32::try_from((nets * rows).div_ceil(s.block_rows))
+        .map_err(|_| Error::Usage(format!("qnet_head over {nets} x {rows} rows: too many for one grid")))?;
+    let (lpa, block_rows) = (s.lpa as u32, s.block_rows as u32);
     let mut l = stream.launch_builder(k);
-    l.arg(y).arg(&bias).arg(&bias_stride).arg(shape).arg(&na).arg(&cfg.v_min).arg(&cfg.v_max).arg(&rows32).arg(&nets32);
+    #[rustfmt::skip]
+    l.arg(y).arg(&bias).arg(&bias_stride).arg(shape).arg(&na).arg(&cfg.v_min).arg(&cfg.v_max).arg(&rows32).arg(&nets32)
+        .arg(&lpa).arg(&block_rows);
     let (null, on, off) = (0u64, 1u32, 0u32);
     match out.dists {
         Some(dists) => l.arg(&on).arg(dists.logits).arg(dists.log_probs).arg(dists.probs),
@@ -944,17 +954,51 @@ fn launch_head(
     l.arg(out.q);
     let launch = LaunchConfig {
         grid_dim: (blocks, 1, 1),
-        block_dim: (32 * HEAD_WARPS as u32, 1, 1),
-        shared_mem_bytes: (HEAD_WARPS * 2 * d.na * 8) as u32,
+        block_dim: (s.threads as u32, 1, 1),
+        shared_mem_bytes: s.smem as u32,
     };
     // SAFETY: follows qnet_head's signature: y is nets x rows x ow, bias ow floats at each
-    // net's stride (row H of its dense head matrix), the BranchShape by value, u32 dists then
-    // the outputs nets x rows x lw (logits, log_probs, probs; null pointers with dists = 0,
-    // which the kernel never touches) and nets x rows x qw (q), as allocated by QNet::new
-    // (nets = NETS, rows = 2B) and QNet::acting (nets = 1, rows = N); one warp per
-    // (net, row, action), 2 NA doubles of dynamic shared memory per warp.
+    // net's stride (row H of its dense head matrix), the BranchShape by value, u32 lpa and
+    // block_rows as head_split chose them (a power of two <= 32 with NA <= lpa HEAD_SLOTS;
+    // block_rows qw lpa <= threads <= 1024), u32 dists then the outputs nets x rows x lw
+    // (logits, log_probs, probs; null pointers with dists = 0, which the kernel never
+    // touches) and nets x rows x qw (q), as allocated by QNet::new (nets = NETS, rows = 2B)
+    // and QNet::acting (nets = 1, rows = N); block_rows (ow + K NA) doubles of dynamic
+    // shared memory.
     unsafe { l.launch(launch) }?;
     Ok(())
+}
+
+/// How `qnet_head` splits its work (see cuda/qnet_head.cu): `lpa` lanes per (row, action),
+/// `block_rows` rows per block of `threads` threads, `smem` bytes of shared memory.
+struct HeadSplit {
+    lpa: usize,
+    block_rows: usize,
+    threads: usize,
+    smem: usize,
+}
+
+/// The head's work split for the network's dimensions, or why it has none.
+fn head_split(d: Dims) -> Result<HeadSplit> {
+    let lpa = d.na.div_ceil(HEAD_SLOTS).next_power_of_two();
+    if lpa > 32 {
+        return Err(Error::Usage(format!(
+            "atoms = {}: the GPU head holds at most {} atoms per action (8 per lane of a warp); use at most that many",
+            d.na,
+            32 * HEAD_SLOTS
+        )));
+    }
+    let row_threads = d.qw * lpa;
+    let row_smem = (d.ow + d.kk * d.na) * 8;
+    if row_threads > 1024 || row_smem > SMEM_DEFAULT {
+        return Err(Error::Usage(format!(
+            "{} actions x {} atoms: one row of the GPU head needs {row_threads} threads and {row_smem} bytes of shared \
+             memory (at most 1024 and {SMEM_DEFAULT}); use fewer actions or atoms",
+            d.qw, d.na
+        )));
+    }
+    let block_rows = (HEAD_THREADS / row_threads).clamp(1, SMEM_DEFAULT / row_smem);
+    Ok(HeadSplit { lpa, block_rows, threads: (block_rows * row_threads).next_multiple_of(32), smem: block_rows * row_smem })
 }
 
 /// `rows` rows of `width` values and a ones column (each value `fill`).
