@@ -15,21 +15,54 @@
 // `dists` = 0 writes q only (acting reads nothing else; the three distribution outputs may
 // then be null); otherwise logits, and for NA > 1 log_probs and probs, too.
 //
-// Work split, so that each value is formed once: a block takes `block_rows` task rows.
-//   1. stage: every thread widens its share of the rows' y + bias into shared memory (double);
+// Work split, so that each value is formed once. Grid (ceil(rows / block_rows), nets): a
+// block takes `block_rows` rows of one network.
+//   1. stage: the block widens its rows' y + bias into shared memory (double), each thread
+//      issuing QNET_HEAD_STAGE loads before it converts any, so that one memory latency
+//      covers the rows;
 //   2. mean: each branch's advantage mean per atom, once per (row, branch, z), in order j;
 //   3. softmax: a group of `lpa` lanes (a power of two <= 32, so a group never straddles a
 //      warp) per (row, action); lane l takes atoms z = l, l + lpa, ... (at most
 //      QNET_HEAD_SLOTS, held in registers), and the group's lanes reduce max, sum of e and Q
 //      by butterflies of log2(lpa) steps.
 // The host picks lpa, the least power of two with NA <= lpa QNET_HEAD_SLOTS (8 for 51 atoms:
-// 7 atoms a lane, 91% of the lanes busy; 1 for NA = 1). The reductions run in double in
-// another order than the oracle's sums: ~1e-16 relative, invisible after the float rounding.
-// Grid: ceil(nets rows / block_rows) blocks of block_rows A lpa threads (rounded up to whole
-// warps); dynamic shared memory: block_rows (out + K NA) doubles.
+// 7 atoms a lane; 1 for NA = 1). The reductions run in double in another order than the
+// oracle's sums, and exp is `exp_nonpositive` below: each within a few double ulps of the
+// oracle's, ~1e-16 relative, invisible after the float rounding but at a rounding boundary
+// (then one float ulp: QNET_LOSS allows two).
+// The kernel is bound by its instruction count (it runs once per forward on every row), so
+// the softmax is branch-free per slot: a slot past NA computes on padding and is masked.
+// Dynamic shared memory: block_rows (out + K NA) + 32 doubles (the padding: a slot past NA
+// reads at most lpa - 1 <= 31 values past its row's end).
 #include "common/qnet.cuh"
 
 #define QNET_HEAD_SLOTS 8
+#define QNET_HEAD_STAGE 8
+
+// exp(x) for x <= 0 in double, without branches (CUDA's exp branches on its range, which
+// splits every slot into its own basic block): x = k ln2 + r with k = round(x / ln2),
+// |r| <= ln2 / 2, exp(r) by its Taylor polynomial of degree 13 (remainder < 5e-18), scaled by
+// 2^k through the exponent field. x is clamped at -708, where exp is still a normal double
+// (3.3e-308): every value below that is a probability that rounds to float 0 after division
+// by a sum >= 1, so the clamp changes no stored result.
+__constant__ double QNET_EXP_TAYLOR[14] = {
+    1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320, 1.0 / 362880,
+    1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800.0};
+
+__device__ __forceinline__ double exp_nonpositive(double x) {
+    const double round = 6755399441055744.0;  // 1.5 2^52: adding it rounds to an integer in the low word
+    const double ln2_hi = 6.93147180559945286227e-01, ln2_lo = 2.31904681384629955842e-17;
+    x = x < -708.0 ? -708.0 : x;
+    const double t = fma(x, 1.4426950408889634074, round);
+    const double k = t - round;
+    double r = fma(-k, ln2_hi, x);
+    r = fma(-k, ln2_lo, r);
+    double p = QNET_EXP_TAYLOR[13];
+#pragma unroll
+    for (int i = 12; i >= 0; --i) p = fma(p, r, QNET_EXP_TAYLOR[i]);
+    const int scale = (int)((unsigned int)__double2loint(t) << 20);  // k in the exponent field
+    return __hiloint2double(__double2hiint(p) + scale, __double2loint(p));
+}
 
 // Sum and max over the `lpa` lanes of `mask` (one group): every lane gets the same bits.
 __device__ __forceinline__ double group_sum(double v, unsigned int mask, unsigned int lpa) {
@@ -38,41 +71,59 @@ __device__ __forceinline__ double group_sum(double v, unsigned int mask, unsigne
 }
 
 __device__ __forceinline__ double group_max(double v, unsigned int mask, unsigned int lpa) {
-    for (unsigned int offset = lpa / 2; offset > 0; offset >>= 1) v = fmax(v, __shfl_xor_sync(mask, v, offset, lpa));
+    for (unsigned int offset = lpa / 2; offset > 0; offset >>= 1) {
+        const double o = __shfl_xor_sync(mask, v, offset, lpa);
+        v = o > v ? o : v;
+    }
     return v;
 }
 
 extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* __restrict__ bias,
                                      unsigned long long bias_stride, const BranchShape shape, unsigned int na,
-                                     float v_min, float v_max, unsigned int rows, unsigned int nets,
-                                     unsigned int lpa, unsigned int block_rows, unsigned int dists,
-                                     float* __restrict__ logits, float* __restrict__ log_probs,
-                                     float* __restrict__ probs, float* __restrict__ q) {
+                                     float v_min, float v_max, unsigned int rows, unsigned int lpa,
+                                     unsigned int block_rows, unsigned int dists, float* __restrict__ logits,
+                                     float* __restrict__ log_probs, float* __restrict__ probs, float* __restrict__ q) {
     extern __shared__ double head_smem[];
     const unsigned int nbranch = shape.count, A = shape.q[nbranch];
     const unsigned int out_w = shape.out[nbranch + 1], L = shape.logit[nbranch], mean_w = nbranch * na;
-    const unsigned long long first = (unsigned long long)blockIdx.x * block_rows;
-    const unsigned long long total = (unsigned long long)nets * rows;
-    const unsigned int here = (unsigned int)min((unsigned long long)block_rows, total - first);
+    const unsigned int net = blockIdx.y, first = blockIdx.x * block_rows, here = min(block_rows, rows - first);
+    const unsigned long long at0 = (unsigned long long)net * rows + first;  // the block's first task row
     double* staged = head_smem;                   // [block_rows][out_w]
-    double* mean = staged + block_rows * out_w;   // [block_rows][K][NA]
+    double* mean = staged + block_rows * out_w;   // [block_rows][K][NA], then the padding
 
-    // 1. stage
-    for (unsigned int i = threadIdx.x; i < here * out_w; i += blockDim.x) {
-        const unsigned int r = i / out_w, c = i - r * out_w;
-        const unsigned long long at = first + r;
-        const unsigned int net = (unsigned int)(at / rows);
-        staged[i] = (double)y[at * out_w + c] + (double)bias[net * bias_stride + c];
+    // 1. stage: element i of the block's rows is column i mod out_w, tracked without division.
+    {
+        const unsigned int count = here * out_w, dc = blockDim.x % out_w;
+        const float* yb = y + at0 * out_w;
+        const float* bn = bias + net * bias_stride;
+        unsigned int c = threadIdx.x % out_w;
+        for (unsigned int i0 = threadIdx.x; i0 < count; i0 += QNET_HEAD_STAGE * blockDim.x) {
+            float yv[QNET_HEAD_STAGE], bv[QNET_HEAD_STAGE];
+#pragma unroll
+            for (unsigned int u = 0; u < QNET_HEAD_STAGE; ++u) {
+                if (i0 + u * blockDim.x < count) {
+                    yv[u] = yb[i0 + u * blockDim.x];
+                    bv[u] = bn[c];
+                }
+                c += dc;
+                c = c >= out_w ? c - out_w : c;
+            }
+#pragma unroll
+            for (unsigned int u = 0; u < QNET_HEAD_STAGE; ++u) {
+                if (i0 + u * blockDim.x < count) staged[i0 + u * blockDim.x] = (double)yv[u] + (double)bv[u];
+            }
+        }
     }
     __syncthreads();
     // 2. mean
-    for (unsigned int i = threadIdx.x; i < here * mean_w; i += blockDim.x) {
-        const unsigned int r = i / mean_w, kz = i - r * mean_w, k = kz / na, z = kz - k * na;
-        const double* a = staged + r * out_w + shape.out[k + 1] + z;
-        const unsigned int n = shape.n[k];
-        double sum = 0.0;
-        for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
-        mean[i] = sum / (double)n;
+    for (unsigned int r = 0; r < here; ++r) {
+        for (unsigned int kz = threadIdx.x; kz < mean_w; kz += blockDim.x) {
+            const unsigned int k = kz / na, z = kz - k * na, n = shape.n[k];
+            const double* a = staged + r * out_w + shape.out[k + 1] + z;
+            double sum = 0.0;
+            for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
+            mean[r * mean_w + kz] = sum / (double)n;
+        }
     }
     __syncthreads();
 
@@ -88,7 +139,7 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
     const double* s = staged + r * out_w;
     const double* a = s + shape.out[k + 1] + j * na;
     const double* m = mean + r * mean_w + k * na;
-    const unsigned long long at = first + r;
+    const unsigned long long at = at0 + r;
     const unsigned long long base = at * L + shape.logit[k] + j * na;
 
     if (na == 1) {  // lpa = 1: the logit is Q
@@ -98,20 +149,24 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
         return;
     }
 
+    const double neg_inf = __longlong_as_double(0xfff0000000000000ull);
     double l[QNET_HEAD_SLOTS], e[QNET_HEAD_SLOTS];
-    double mx = __longlong_as_double(0xfff0000000000000ull);  // -inf
+    double mx = neg_inf;
 #pragma unroll
     for (unsigned int i = 0; i < QNET_HEAD_SLOTS; ++i) {
+        if (i * lpa >= na) break;  // the same for the whole group
         const unsigned int z = lane + i * lpa;
-        l[i] = z < na ? (s[z] + a[z]) - m[z] : mx;
-        mx = fmax(mx, l[i]);
+        const double li = (s[z] + a[z]) - m[z];  // past NA: padding, masked here
+        l[i] = z < na ? li : neg_inf;
+        mx = l[i] > mx ? l[i] : mx;
     }
     mx = group_max(mx, mask, lpa);
     double se = 0.0;
 #pragma unroll
     for (unsigned int i = 0; i < QNET_HEAD_SLOTS; ++i) {
-        const unsigned int z = lane + i * lpa;
-        e[i] = z < na ? exp(l[i] - mx) : 0.0;
+        if (i * lpa >= na) break;
+        const double ei = exp_nonpositive(l[i] - mx);
+        e[i] = lane + i * lpa < na ? ei : 0.0;
         se += e[i];
     }
     se = group_sum(se, mask, lpa);
@@ -120,15 +175,14 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
     double qs = 0.0;
 #pragma unroll
     for (unsigned int i = 0; i < QNET_HEAD_SLOTS; ++i) {
+        if (i * lpa >= na) break;
         const unsigned int z = lane + i * lpa;
-        if (z < na) {
-            const double pz = e[i] * inv;
-            qs += pz * support_atom(lo, dz, z);
-            if (dists) {
-                logits[base + z] = (float)l[i];
-                log_probs[base + z] = (float)(l[i] - lse);
-                probs[base + z] = (float)pz;
-            }
+        const double pz = e[i] * inv;
+        qs += pz * support_atom(lo, dz, z);  // e = 0 past NA: adds 0
+        if (dists && z < na) {
+            logits[base + z] = (float)l[i];
+            log_probs[base + z] = (float)(l[i] - lse);
+            probs[base + z] = (float)pz;
         }
     }
     qs = group_sum(qs, mask, lpa);

@@ -58,6 +58,10 @@ impl Acting {
 /// Atoms a `qnet_head` lane holds in registers (QNET_HEAD_SLOTS in cuda/qnet_head.cu).
 const HEAD_SLOTS: usize = 8;
 
+/// Bytes of padding after a `qnet_head` block's shared rows: 32 doubles (a slot past NA reads
+/// at most 31 values past its row).
+const HEAD_PAD: usize = 32 * 8;
+
 /// Threads a `qnet_head` block aims at: whole rows of (action, lane) groups up to this many.
 const HEAD_THREADS: usize = 256;
 
@@ -935,16 +939,17 @@ fn launch_head(
     y: &CudaSlice<f32>,
     out: HeadOutputs,
 ) -> Result<()> {
-    let (na, rows32, nets32) = (d.na as u32, rows as u32, nets as u32);
+    let na = d.na as u32;
+    let rows32 = u32::try_from(rows).map_err(|_| Error::Usage(format!("qnet_head over {rows} rows: more than u32 rows")))?;
     let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
     let bias = heads_w.slice(bias_at..);
     let s = head_split(d)?;
-    let blocks = u32::try_from((nets * rows).div_ceil(s.block_rows))
-        .map_err(|_| Error::Usage(format!("qnet_head over {nets} x {rows} rows: too many for one grid")))?;
+    let chunks = u32::try_from(rows.div_ceil(s.block_rows))
+        .map_err(|_| Error::Usage(format!("qnet_head over {rows} rows: too many for one grid")))?;
     let (lpa, block_rows) = (s.lpa as u32, s.block_rows as u32);
     let mut l = stream.launch_builder(k);
     #[rustfmt::skip]
-    l.arg(y).arg(&bias).arg(&bias_stride).arg(shape).arg(&na).arg(&cfg.v_min).arg(&cfg.v_max).arg(&rows32).arg(&nets32)
+    l.arg(y).arg(&bias).arg(&bias_stride).arg(shape).arg(&na).arg(&cfg.v_min).arg(&cfg.v_max).arg(&rows32)
         .arg(&lpa).arg(&block_rows);
     let (null, on, off) = (0u64, 1u32, 0u32);
     match out.dists {
@@ -953,7 +958,7 @@ fn launch_head(
     };
     l.arg(out.q);
     let launch = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
+        grid_dim: (chunks, nets as u32, 1),
         block_dim: (s.threads as u32, 1, 1),
         shared_mem_bytes: s.smem as u32,
     };
@@ -963,8 +968,8 @@ fn launch_head(
     // block_rows qw lpa <= threads <= 1024), u32 dists then the outputs nets x rows x lw
     // (logits, log_probs, probs; null pointers with dists = 0, which the kernel never
     // touches) and nets x rows x qw (q), as allocated by QNet::new (nets = NETS, rows = 2B)
-    // and QNet::acting (nets = 1, rows = N); block_rows (ow + K NA) doubles of dynamic
-    // shared memory.
+    // and QNet::acting (nets = 1, rows = N); grid (row chunks, nets), block_rows (ow + K NA)
+    // + 32 doubles of dynamic shared memory.
     unsafe { l.launch(launch) }?;
     Ok(())
 }
@@ -990,15 +995,16 @@ fn head_split(d: Dims) -> Result<HeadSplit> {
     }
     let row_threads = d.qw * lpa;
     let row_smem = (d.ow + d.kk * d.na) * 8;
-    if row_threads > 1024 || row_smem > SMEM_DEFAULT {
+    if row_threads > 1024 || row_smem + HEAD_PAD > SMEM_DEFAULT {
         return Err(Error::Usage(format!(
             "{} actions x {} atoms: one row of the GPU head needs {row_threads} threads and {row_smem} bytes of shared \
              memory (at most 1024 and {SMEM_DEFAULT}); use fewer actions or atoms",
             d.qw, d.na
         )));
     }
-    let block_rows = (HEAD_THREADS / row_threads).clamp(1, SMEM_DEFAULT / row_smem);
-    Ok(HeadSplit { lpa, block_rows, threads: (block_rows * row_threads).next_multiple_of(32), smem: block_rows * row_smem })
+    let block_rows = (HEAD_THREADS / row_threads).clamp(1, (SMEM_DEFAULT - HEAD_PAD) / row_smem);
+    let (threads, smem) = ((block_rows * row_threads).next_multiple_of(32), block_rows * row_smem + HEAD_PAD);
+    Ok(HeadSplit { lpa, block_rows, threads, smem })
 }
 
 /// `rows` rows of `width` values and a ones column (each value `fill`).
