@@ -57,6 +57,9 @@ extern "C" __global__ void qnet_first_layer(const float* __restrict__ x, unsigne
         float acc[QNET_FIRST_ROWS];
 #pragma unroll
         for (unsigned int r = 0; r < QNET_FIRST_ROWS; ++r) acc[r] = 0.0f;
+        // Unrolled so that eight loads of w are in flight at once: one k at a time, each
+        // iteration waited a memory latency for its weight.
+#pragma unroll 8
         for (unsigned int k = 0; k < ld; ++k) {
             const float wk = w[(unsigned long long)k * h1 + c];
 #pragma unroll
