@@ -34,6 +34,7 @@
 // the softmax is branch-free per slot: a slot past NA computes on padding and is masked.
 // Dynamic shared memory: block_rows (out + K NA) + 32 doubles (the padding: a slot past NA
 // reads at most lpa - 1 <= 31 values past its row's end).
+#include "common/lanes.cuh"
 #include "common/qnet.cuh"
 
 #define QNET_HEAD_SLOTS 8
@@ -62,20 +63,6 @@ __device__ __forceinline__ double exp_nonpositive(double x) {
     for (int i = 12; i >= 0; --i) p = fma(p, r, QNET_EXP_TAYLOR[i]);
     const int scale = (int)((unsigned int)__double2loint(t) << 20);  // k in the exponent field
     return __hiloint2double(__double2hiint(p) + scale, __double2loint(p));
-}
-
-// Sum and max over the `lpa` lanes of `mask` (one group): every lane gets the same bits.
-__device__ __forceinline__ double group_sum(double v, unsigned int mask, unsigned int lpa) {
-    for (unsigned int offset = lpa / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset, lpa);
-    return v;
-}
-
-__device__ __forceinline__ double group_max(double v, unsigned int mask, unsigned int lpa) {
-    for (unsigned int offset = lpa / 2; offset > 0; offset >>= 1) {
-        const double o = __shfl_xor_sync(mask, v, offset, lpa);
-        v = o > v ? o : v;
-    }
-    return v;
 }
 
 extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* __restrict__ bias,
@@ -132,7 +119,7 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
     const unsigned int r = g / A, act = g - r * A;
     if (r >= here) return;  // whole groups only: a group's lanes return together
     const unsigned int warp_lane = threadIdx.x % 32;
-    const unsigned int mask = (lpa == 32 ? 0xffffffffu : ((1u << lpa) - 1u)) << (warp_lane - lane);
+    const unsigned int mask = (lpa == 32 ? LANES_ALL : ((1u << lpa) - 1u)) << (warp_lane - lane);
     unsigned int k = 0;
     while (act >= shape.q[k + 1]) ++k;
     const unsigned int j = act - shape.q[k];

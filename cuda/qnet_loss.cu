@@ -22,6 +22,7 @@
 #include "common/qnet.cuh"
 
 #include "common/grid.cuh"
+#include "common/lanes.cuh"
 
 #define QNET_LOSS_LANES 64
 #define QNET_LOSS_WARPS (QNET_MAX_BRANCHES * QNET_LOSS_LANES / 32)
@@ -50,12 +51,6 @@ __device__ __forceinline__ double huber(double d, double kappa) {
 
 __device__ __forceinline__ double huber_grad(double d, double kappa) {
     return fabs(d) <= kappa ? d : (d > 0.0 ? kappa : (d < 0.0 ? -kappa : 0.0));
-}
-
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;  // the butterfly gives every lane the same bits (a + b == b + a)
 }
 
 extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* __restrict__ log_probs,
@@ -157,8 +152,8 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
         }
         // The branch's cross-entropy and target mass: its two warps' butterflies, then warp 0's
         // share plus warp 1's.
-        ce = warp_sum(ce);
-        mass = warp_sum(mass);
+        ce = group_sum(ce, LANES_ALL, 32);
+        mass = group_sum(mass, LANES_ALL, 32);
         const unsigned int warp = tid / 32;
         if (tid % 32 == 0) {
             warp_part[warp][0] = ce;
@@ -222,7 +217,7 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
     // The batch loss: each thread's samples in order, the warps' butterflies, the warps in order.
     double acc = 0.0;
     for (unsigned int b = tid; b < batch; b += threads) acc += (double)weights[b] * __ldcg(sample_loss + b);
-    acc = warp_sum(acc);
+    acc = group_sum(acc, LANES_ALL, 32);
     if (tid % 32 == 0) warp_part[tid / 32][0] = acc;
     __syncthreads();
     if (tid == 0) {

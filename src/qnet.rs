@@ -288,6 +288,8 @@ pub struct QNet {
     /// Benchmarking only: launch the GEMMs and skip the kernels between them (the values
     /// are then meaningless), to time the GEMMs alone.
     gemms_only: bool,
+    /// `qnet_head`'s launch shape, fixed by the network's dimensions (`head_split`).
+    head: HeadSplit,
 }
 
 impl QNet {
@@ -322,7 +324,7 @@ impl QNet {
             kk: cfg.num_branches(),
             params: spec::param_count(cfg),
         };
-        head_split(d)?; // the head's limits, refused here rather than at the first forward
+        let head = head_split(d)?; // the head's limits, refused here rather than at the first forward
         let s = &gpu.stream;
         let f = |kernel: &str, entry: &str| gpu.function(kernel, entry);
         let k = Kernels {
@@ -387,6 +389,7 @@ impl QNet {
             dh1: s.alloc_zeros(batch * d.h1)?,
             graph: GraphSlot::new("qnet_update"),
             gemms_only: false,
+            head,
             d,
         };
         net.set_params(&init, &init)?;
@@ -581,7 +584,7 @@ impl QNet {
         }
         let dists = Dists { logits: &mut self.logits, log_probs: &mut self.log_probs, probs: &mut self.probs };
         let out = HeadOutputs { dists: Some(dists), q: &mut self.q };
-        launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, self.d, NETS, self.d.rows, &self.y, out)
+        launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, self.d, self.head, NETS, self.d.rows, &self.y, out)
     }
 
     /// `qnet_loss` (ending in the batch loss) on the last forward, for the batch's actions,
@@ -773,7 +776,7 @@ impl QNet {
         self.join(0..side)?;
         // Acting reads the Q-values only: the head writes no distributions.
         let out = HeadOutputs { dists: None, q: &mut a.q };
-        launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, d, 1, r, &a.y, out)
+        launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, d, self.head, 1, r, &a.y, out)
     }
 
     /// The Q-values of the last [`QNet::act`].
@@ -934,6 +937,7 @@ fn launch_head(
     shape: &BranchShape,
     cfg: &QNetConfig,
     d: Dims,
+    s: HeadSplit,
     nets: usize,
     rows: usize,
     y: &CudaSlice<f32>,
@@ -943,7 +947,6 @@ fn launch_head(
     let rows32 = u32::try_from(rows).map_err(|_| Error::Usage(format!("qnet_head over {rows} rows: more than u32 rows")))?;
     let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
     let bias = heads_w.slice(bias_at..);
-    let s = head_split(d)?;
     let chunks = u32::try_from(rows.div_ceil(s.block_rows))
         .map_err(|_| Error::Usage(format!("qnet_head over {rows} rows: too many for one grid")))?;
     let (lpa, block_rows) = (s.lpa as u32, s.block_rows as u32);
@@ -974,6 +977,7 @@ fn launch_head(
     Ok(())
 }
 
+#[derive(Clone, Copy, Debug)]
 /// How `qnet_head` splits its work (see cuda/qnet_head.cu): `lpa` lanes per (row, action),
 /// `block_rows` rows per block of `threads` threads, `smem` bytes of shared memory.
 struct HeadSplit {
