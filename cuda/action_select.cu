@@ -35,8 +35,14 @@ extern "C" __global__ void action_select(const float* __restrict__ q, const Acti
             if (philox_u01(word(w, k)) < eps) {
                 a = (unsigned int)(((unsigned long long)word(r, k) * nk) >> 32);
             } else {
-                for (unsigned int j = 1; j < nk; ++j)
-                    if (row[j] > row[a]) a = j;
+                // The best value kept in a register, so the loads do not wait on each other
+                // (the same comparisons as row[j] > row[a]: a NaN at 0 keeps 0, later ones lose).
+                float best = row[0];
+#pragma unroll 4
+                for (unsigned int j = 1; j < nk; ++j) {
+                    const float v = row[j];
+                    if (v > best) best = v, a = j;
+                }
             }
             actions[n * br.count + k] = (int)a;
             row += nk;

@@ -26,26 +26,30 @@ extern "C" __global__ void barriers(const float* __restrict__ bid, const float* 
                                     const EnvParams p, const EnvState st, float* __restrict__ reward,
                                     float* __restrict__ done, int* __restrict__ reason_out) {
     ENV_FOR_EACH(n, p.envs) {
+        // Every load first: the env's state, then its next bar's quote and range (t is always
+        // inside the market), so that the chain is two memory latencies, not one per branch.
         const unsigned int t = st.bar[n] + 1;
         const int pos = st.position[n];
-        const float s = sign_of(pos), entry = st.entry[n];
+        const float entry = st.entry[n], equity_before = st.equity[n];
+        const unsigned int steps = st.steps[n] + 1, clock = st.clock[n] + 1;
+        float realized = st.realized[n], fees = st.fees[n];
+        const float lo_t = low[t], hi_t = high[t], bid_t = bid[t], ask_t = ask[t];
+        const float s = sign_of(pos);
         const bool lng = pos > 0;
         int reason = 0;
         float exit_px = 0.0f;
         if (pos != 0 && p.stop_loss > 0.0f) {
             const float px = __fmul_rn(entry, lng ? __fsub_rn(1.0f, p.stop_loss) : __fadd_rn(1.0f, p.stop_loss));
-            if (lng ? low[t] <= px : high[t] >= px) reason = ENV_STOP_LOSS, exit_px = px;
+            if (lng ? lo_t <= px : hi_t >= px) reason = ENV_STOP_LOSS, exit_px = px;
         }
         if (pos != 0 && reason == 0 && p.take_profit > 0.0f) {
             const float px = __fmul_rn(entry, lng ? __fadd_rn(1.0f, p.take_profit) : __fsub_rn(1.0f, p.take_profit));
-            if (lng ? high[t] >= px : low[t] <= px) reason = ENV_TAKE_PROFIT, exit_px = px;
+            if (lng ? hi_t >= px : lo_t <= px) reason = ENV_TAKE_PROFIT, exit_px = px;
         }
-        const unsigned int steps = st.steps[n] + 1;
         if (reason == 0 && steps >= p.max_steps) reason = ENV_TIME_LIMIT;
         if (reason == 0 && t + 1 >= p.bar_hi) reason = ENV_END_OF_DATA;
-        if (reason == ENV_TIME_LIMIT || reason == ENV_END_OF_DATA) exit_px = lng ? bid[t] : ask[t];
+        if (reason == ENV_TIME_LIMIT || reason == ENV_END_OF_DATA) exit_px = lng ? bid_t : ask_t;
 
-        float realized = st.realized[n], fees = st.fees[n];
         int held = pos;
         if (reason != 0 && pos != 0) {
             const float size = (float)(pos < 0 ? -pos : pos);
@@ -53,14 +57,13 @@ extern "C" __global__ void barriers(const float* __restrict__ bid, const float* 
             fees = __fadd_rn(fees, __fmul_rn(p.commission, size));
             held = 0;
         }
-        const float mid = __fmul_rn(__fadd_rn(bid[t], ask[t]), 0.5f);
+        const float mid = __fmul_rn(__fadd_rn(bid_t, ask_t), 0.5f);
         const float unrealized =
             held != 0 ? __fmul_rn(__fmul_rn(__fsub_rn(mid, entry), s), __fmul_rn((float)(held < 0 ? -held : held), p.point_value))
                       : 0.0f;
         const float equity = __fadd_rn(__fsub_rn(realized, fees), unrealized);
-        const float r = __fmul_rn(__fsub_rn(equity, st.equity[n]), p.reward_scale);
+        const float r = __fmul_rn(__fsub_rn(equity, equity_before), p.reward_scale);
         reward[n] = p.dsr_eta > 0.0f ? dsr(p.dsr_eta, r, st.dsr_a + n, st.dsr_b + n) : r;
-        const unsigned int clock = st.clock[n] + 1;
         st.clock[n] = clock;
         done[n] = reason != 0 ? 1.0f : 0.0f;
         reason_out[n] = reason;

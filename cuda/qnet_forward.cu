@@ -2,30 +2,21 @@
 // with one input is a GEMM of an activation that carries a ones column with the layer's
 // [w; b] matrix, so the bias rides in the GEMM; these kernels write the ones columns.
 // Oracle: qnet::forward (h1, h2, heads_hidden).
-//   qnet_stage_input: x (2B x (S + 1)) = [s | 1] in rows [0, B), [s' | 1] in rows [B, 2B).
 //   qnet_relu:        a (rows x (width + 1)): a = a > 0 ? a : 0 in the first `width`
 //                     columns (NaN becomes 0, as the oracle's relu), 1 in the last.
 //   qnet_first_layer: a1 = relu([x | 1] [w1; b1]) with its ones column, for `nets`
 //                     networks (grid (rows, nets)): the first layer's few inputs (S + 1)
 //                     make it a short dot product per output, one thread each in float FMA
 //                     order k = 0..S, where a GEMM launch (often split over K, so two
-//                     kernels) and a ReLU launch would cost three.
+//                     kernels) and a ReLU launch would cost three. It stages its own input
+//                     rows: the update's x = [s | 1] in rows [0, B), [s' | 1] in rows
+//                     [B, 2B), which it also writes out for the backward's weight gradient
+//                     (a launch of its own before, 2.7 us at B = 256), or acting's x as
+//                     state_gather wrote it.
 // The elementwise stages: one thread per element, grid-stride (any grid); the row and column of an element come
 // from a 32-bit division whenever the matrix has fewer than 2^32 elements (a 64-bit one
 // costs several times more and these stages are a few microseconds each).
 #include "common/index.cuh"
-
-extern "C" __global__ void qnet_stage_input(const float* __restrict__ s, const float* __restrict__ s2,
-                                            float* __restrict__ x, unsigned int batch, unsigned int dim) {
-    const unsigned long long ld = dim + 1ull, n = 2ull * batch * ld;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        const RowCol e = row_col(i, ld, n);
-        float v = 1.0f;
-        if (e.c < dim) v = e.r < batch ? s[e.r * dim + e.c] : s2[(e.r - batch) * dim + e.c];
-        x[i] = v;
-    }
-}
 
 extern "C" __global__ void qnet_relu(float* __restrict__ a, unsigned long long rows, unsigned int width) {
     const unsigned long long ld = width + 1ull, n = rows * ld;
@@ -39,17 +30,28 @@ extern "C" __global__ void qnet_relu(float* __restrict__ a, unsigned long long r
 // Grid (ceil(rows / QNET_FIRST_ROWS), nets), any block size; dynamic shared memory:
 // QNET_FIRST_ROWS (S + 1) floats (the block's input rows). Each thread keeps one column of
 // [w1; b1] in flight across the block's rows, so a block reads the layer once for
-// QNET_FIRST_ROWS rows. x: rows x (S + 1) with its ones column, shared by the networks;
+// QNET_FIRST_ROWS rows. Input row r (shared by the networks): its first S values at
+// s + r in_ld for r < split, else at s2 + (r - split) in_ld, then the ones column; x, if not
+// null, receives the rows as staged (rows x (S + 1), written by network 0's blocks);
 // w1: net n's [w1; b1] ((S + 1) x h1, row-major) at n * param_stride; a1: nets x rows x (h1 + 1).
 #define QNET_FIRST_ROWS 8
 
-extern "C" __global__ void qnet_first_layer(const float* __restrict__ x, unsigned int dim, unsigned long long rows,
-                                            const float* __restrict__ w1, unsigned long long param_stride,
-                                            unsigned int h1, float* __restrict__ a1) {
+extern "C" __global__ void qnet_first_layer(const float* __restrict__ s, const float* __restrict__ s2,
+                                            unsigned long long split, unsigned int in_ld, unsigned int dim,
+                                            unsigned long long rows, const float* __restrict__ w1,
+                                            unsigned long long param_stride, unsigned int h1, float* __restrict__ a1,
+                                            float* __restrict__ x) {
     extern __shared__ float x_rows[];
     const unsigned long long r0 = (unsigned long long)blockIdx.x * QNET_FIRST_ROWS, net = blockIdx.y;
     const unsigned int ld = dim + 1, here = (unsigned int)min((unsigned long long)QNET_FIRST_ROWS, rows - r0);
-    for (unsigned int e = threadIdx.x; e < here * ld; e += blockDim.x) x_rows[e] = x[r0 * ld + e];
+    for (unsigned int e = threadIdx.x; e < here * ld; e += blockDim.x) {
+        const unsigned int r = e / ld, c = e - r * ld;
+        const unsigned long long row = r0 + r;
+        const float* in = row < split ? s + row * in_ld : s2 + (row - split) * in_ld;
+        const float v = c < dim ? in[c] : 1.0f;
+        x_rows[e] = v;
+        if (x != nullptr && net == 0) x[r0 * ld + e] = v;
+    }
     __syncthreads();
     const float* w = w1 + net * param_stride;
     float* out = a1 + (net * rows + r0) * (h1 + 1ull);

@@ -12,10 +12,20 @@
 //   bias      [out] at net * bias_stride
 //   logits, log_probs, probs  [nets][rows][L]   L = sum_k n_k NA, branch k at logit[k]
 //   q         [nets][rows][A]   A = sum_k n_k
-// `dists` = 0 writes q only (acting reads nothing else; the three distribution outputs may
-// then be null); otherwise logits, and for NA > 1 log_probs and probs, too.
+// `dists` = 0 writes q only (the three distribution outputs may then be null); otherwise
+// logits, and for NA > 1 log_probs and probs, too.
 //
-// Work split, so that each value is formed once. Grid (ceil(rows / block_rows), nets): a
+// qnet_head_q, the acting head: the same Q in float, nothing else written (the experience
+// step reads Q only, and its argmax needs no double). The same three stages in float, with
+// QNET_HEAD_Q_SLOTS atoms a lane (so lpa = 4 for 51 atoms) and Q = sum e z / sum e. Its
+// float softmax errs by a few float ulps of sum_z p_z |z_z| (exp's error, the float sums),
+// so it is held to the FlashAttention rule against a float reference summing in another
+// order (oracle: qnet::head_q, head_q_f32). Measured dead end: one thread per (row, action)
+// walking its atoms twice needs the fewest instructions, but each warp's chain of ~2600
+// dependent instructions (11 cycles apiece) made it no faster (15-18 us at N = 4096).
+// Grid (ceil(rows / block_rows), 1); dynamic shared memory block_rows (out + K NA) + 32 floats.
+//
+// qnet_head's work split, so that each value is formed once. Grid (ceil(rows / block_rows), nets): a
 // block takes `block_rows` rows of one network.
 //   1. stage: the block widens its rows' y + bias into shared memory (double), each thread
 //      issuing QNET_HEAD_STAGE loads before it converts any, so that one memory latency
@@ -39,6 +49,9 @@
 
 #define QNET_HEAD_SLOTS 8
 #define QNET_HEAD_STAGE 8
+// Atoms a qnet_head_q lane holds in registers (float: twice qnet_head's, so half the lanes and
+// shuffles per action; 4 lanes of 13 atoms for 51).
+#define QNET_HEAD_Q_SLOTS 16
 
 // exp(x) for x <= 0 in double, without branches (CUDA's exp branches on its range, which
 // splits every slot into its own basic block): x = k ln2 + r with k = round(x / ln2),
@@ -65,6 +78,60 @@ __device__ __forceinline__ double exp_nonpositive(double x) {
     return __hiloint2double(__double2hiint(p) + scale, __double2loint(p));
 }
 
+// 1. stage: the block's `here` rows of y (from its first row `yb`) plus the bias `bn`, widened
+// to Real into `staged`, each thread issuing STAGE loads before it converts any (so that one
+// memory latency covers STAGE of its elements); element i of the rows is column i mod out_w,
+// tracked without division.
+template <unsigned int STAGE, typename Real>
+__device__ __forceinline__ void stage_head_rows(const float* __restrict__ yb, const float* __restrict__ bn,
+                                                unsigned int here, unsigned int out_w, Real* staged) {
+    const unsigned int count = here * out_w, dc = blockDim.x % out_w;
+    unsigned int c = threadIdx.x % out_w;
+    for (unsigned int i0 = threadIdx.x; i0 < count; i0 += STAGE * blockDim.x) {
+        float yv[STAGE], bv[STAGE];
+#pragma unroll
+        for (unsigned int u = 0; u < STAGE; ++u) {
+            if (i0 + u * blockDim.x < count) {
+                yv[u] = yb[i0 + u * blockDim.x];
+                bv[u] = bn[c];
+            }
+            c += dc;
+            c = c >= out_w ? c - out_w : c;
+        }
+#pragma unroll
+        for (unsigned int u = 0; u < STAGE; ++u) {
+            if (i0 + u * blockDim.x < count) staged[i0 + u * blockDim.x] = (Real)yv[u] + (Real)bv[u];
+        }
+    }
+}
+
+// exp(x) for the acting softmax (x <= 0): ex2.approx.ftz of x log2(e), within ~2 float ulps
+// plus the product's rounding (|x| ulps of x); results below 2^-126 flush to 0, which moves
+// no Q (each is a weight < 1e-38 against a denominator >= 1).
+__device__ __forceinline__ float exp_ftz(float x) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * 1.44269504088896341f));
+    return e;
+}
+
+// 2. mean: each branch's advantage mean per atom, once per (row, branch, z), in order j, into
+// mean [here][K][NA].
+template <typename Real>
+__device__ __forceinline__ void head_means(const Real* staged, const BranchShape& shape, unsigned int na,
+                                           unsigned int here, unsigned int out_w, Real* mean) {
+    const unsigned int mean_w = shape.count * na;
+    for (unsigned int kz = threadIdx.x; kz < mean_w; kz += blockDim.x) {
+        const unsigned int k = kz / na, z = kz - k * na, n = shape.n[k];
+#pragma unroll 4
+        for (unsigned int r = 0; r < here; ++r) {
+            const Real* a = staged + r * out_w + shape.out[k + 1] + z;
+            Real sum = 0;
+            for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
+            mean[r * mean_w + kz] = sum / (Real)n;
+        }
+    }
+}
+
 extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* __restrict__ bias,
                                      unsigned long long bias_stride, const BranchShape shape, unsigned int na,
                                      float v_min, float v_max, unsigned int rows, unsigned int lpa,
@@ -78,40 +145,9 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
     double* staged = head_smem;                   // [block_rows][out_w]
     double* mean = staged + block_rows * out_w;   // [block_rows][K][NA], then the padding
 
-    // 1. stage: element i of the block's rows is column i mod out_w, tracked without division.
-    {
-        const unsigned int count = here * out_w, dc = blockDim.x % out_w;
-        const float* yb = y + at0 * out_w;
-        const float* bn = bias + net * bias_stride;
-        unsigned int c = threadIdx.x % out_w;
-        for (unsigned int i0 = threadIdx.x; i0 < count; i0 += QNET_HEAD_STAGE * blockDim.x) {
-            float yv[QNET_HEAD_STAGE], bv[QNET_HEAD_STAGE];
-#pragma unroll
-            for (unsigned int u = 0; u < QNET_HEAD_STAGE; ++u) {
-                if (i0 + u * blockDim.x < count) {
-                    yv[u] = yb[i0 + u * blockDim.x];
-                    bv[u] = bn[c];
-                }
-                c += dc;
-                c = c >= out_w ? c - out_w : c;
-            }
-#pragma unroll
-            for (unsigned int u = 0; u < QNET_HEAD_STAGE; ++u) {
-                if (i0 + u * blockDim.x < count) staged[i0 + u * blockDim.x] = (double)yv[u] + (double)bv[u];
-            }
-        }
-    }
+    stage_head_rows<QNET_HEAD_STAGE>(y + at0 * out_w, bias + net * bias_stride, here, out_w, staged);
     __syncthreads();
-    // 2. mean
-    for (unsigned int r = 0; r < here; ++r) {
-        for (unsigned int kz = threadIdx.x; kz < mean_w; kz += blockDim.x) {
-            const unsigned int k = kz / na, z = kz - k * na, n = shape.n[k];
-            const double* a = staged + r * out_w + shape.out[k + 1] + z;
-            double sum = 0.0;
-            for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
-            mean[r * mean_w + kz] = sum / (double)n;
-        }
-    }
+    head_means(staged, shape, na, here, out_w, mean);
     __syncthreads();
 
     // 3. softmax: group g of the block is (row r, action act).
@@ -174,4 +210,63 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
     }
     qs = group_sum(qs, mask, lpa);
     if (lane == 0) q[at * A + act] = (float)qs;
+}
+
+extern "C" __global__ void qnet_head_q(const float* __restrict__ y, const float* __restrict__ bias,
+                                       const BranchShape shape, unsigned int na, float v_min, float v_max,
+                                       unsigned int rows, unsigned int lpa, unsigned int block_rows,
+                                       float* __restrict__ q) {
+    extern __shared__ float head_q_smem[];
+    const unsigned int nbranch = shape.count, A = shape.q[nbranch];
+    const unsigned int out_w = shape.out[nbranch + 1], mean_w = nbranch * na;
+    const unsigned int first = blockIdx.x * block_rows, here = min(block_rows, rows - first);
+    float* staged = head_q_smem;                 // [block_rows][out_w]
+    float* mean = staged + block_rows * out_w;   // [block_rows][K][NA], then the padding
+    stage_head_rows<QNET_HEAD_STAGE>(y + (unsigned long long)first * out_w, bias, here, out_w, staged);
+    __syncthreads();
+    head_means(staged, shape, na, here, out_w, mean);
+    __syncthreads();
+
+    // 3. softmax: group g of the block is (row r, action act), its atoms in registers.
+    const unsigned int g = threadIdx.x / lpa, lane = threadIdx.x % lpa;
+    const unsigned int r = g / A, act = g - r * A;
+    if (r >= here) return;  // whole groups only: a group's lanes return together
+    const unsigned int warp_lane = threadIdx.x % 32;
+    const unsigned int mask = (lpa == 32 ? LANES_ALL : ((1u << lpa) - 1u)) << (warp_lane - lane);
+    unsigned int k = 0;
+    while (act >= shape.q[k + 1]) ++k;
+    const unsigned int j = act - shape.q[k];
+    const float* s = staged + r * out_w;
+    const float* a = s + shape.out[k + 1] + j * na;
+    const float* m = mean + r * mean_w + k * na;
+    float* out = q + (unsigned long long)(first + r) * A + act;
+    if (na == 1) {  // lpa = 1: the logit is Q
+        *out = (s[0] + a[0]) - m[0];
+        return;
+    }
+    const float neg_inf = __int_as_float(0xff800000);
+    float l[QNET_HEAD_Q_SLOTS];
+    float mx = neg_inf;
+#pragma unroll
+    for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
+        if (i * lpa >= na) break;  // the same for the whole group
+        const unsigned int z = lane + i * lpa;
+        const float li = (s[z] + a[z]) - m[z];  // past NA: padding, masked here
+        l[i] = z < na ? li : neg_inf;
+        mx = fmaxf(mx, l[i]);
+    }
+    mx = group_max(mx, mask, lpa);
+    const float lo = v_min, dz = (v_max - v_min) / (float)(na - 1);
+    float se = 0.0f, sez = 0.0f;
+#pragma unroll
+    for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
+        if (i * lpa >= na) break;
+        const unsigned int z = lane + i * lpa;
+        const float e = exp_ftz(l[i] - mx);  // -inf past NA: 0
+        se += e;
+        sez = fmaf(e, support_atom(lo, dz, z), sez);
+    }
+    se = group_sum(se, mask, lpa);
+    sez = group_sum(sez, mask, lpa);
+    if (lane == 0) *out = sez / se;
 }

@@ -496,6 +496,60 @@ pub fn check_qnet_forward(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>>
     Ok(out)
 }
 
+/// The acting forward (`QNet::act`: the online network on N states, `qnet_head_q` at its
+/// end) on `case.batch` random states against the oracle: see [`acting_comparisons`].
+pub fn check_acting(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
+    let st = QNetSetup::new(gpu, case)?;
+    let (cfg, n) = (&st.cfg, case.batch);
+    let states = &st.batch.states;
+    let x: Vec<f32> = states.chunks_exact(cfg.state_dim).flat_map(|r| r.iter().copied().chain([1.0])).collect();
+    let x = gpu.stream.clone_htod(&x)?;
+    let mut acting = st.net.acting(n)?;
+    st.net.act(&x, &mut acting)?;
+    let (y, q) = (st.net.read_acting_outputs(&acting)?, st.net.read_acting(&acting)?);
+    acting_comparisons(cfg, &st.online, states, &y, &q)
+}
+
+/// An acting forward's outputs against the oracle, stage by stage: the head-output rows
+/// plus bias against the oracle's forward of `states` (the GEMM chain's bound), and Q
+/// against the oracle's head in f64 on the GPU's own rows plus bias, by the FlashAttention
+/// rule (`tolerance::reduction_rule`) with `qnet::head_q_f32`, the float reference: the
+/// acting head computes in float, so its error is a few float ulps of sum_z p_z |z_z|, which
+/// a relative bound on Q itself (near 0 where the distribution is centred) cannot express.
+pub(crate) fn acting_comparisons(
+    cfg: &tallyho_oracle::qnet::QNetConfig,
+    online: &[f32],
+    states: &[f32],
+    y: &[f32],
+    q: &[f32],
+) -> Result<Vec<Comparison>> {
+    use tallyho_oracle::qnet as spec;
+    use tallyho_oracle::tolerance::{gemm_chain, reduction_rule};
+    use tallyho_oracle::{compare_f32, compare_rel_norm};
+    let bo = spec::tensor(cfg, "bo").ok_or_else(|| crate::error::Error::Usage("the layout has no bo".into()))?;
+    let bias = &online[bo.range()];
+    let width = spec::output_width(cfg);
+    let yb64: Vec<f64> = y.chunks_exact(width).flat_map(|r| r.iter().zip(bias).map(|(&v, &b)| f64::from(v) + f64::from(b))).collect();
+    let yb32: Vec<f32> = y.chunks_exact(width).flat_map(|r| r.iter().zip(bias).map(|(&v, &b)| v + b)).collect();
+    let f = spec::forward(cfg, online, states);
+    let (na, offsets) = (cfg.atoms, spec::output_offsets(cfg));
+    let mut want_y = Vec::with_capacity(yb64.len());
+    for i in 0..f.batch {
+        want_y.extend_from_slice(&f.value[i * na..(i + 1) * na]);
+        for (k, &n) in cfg.branches.iter().enumerate() {
+            want_y.extend_from_slice(&f.adv[k][i * n * na..(i + 1) * n * na]);
+        }
+    }
+    debug_assert_eq!(offsets.len(), cfg.branches.len() + 2);
+    let [_, _, hh, _] = forward_chain(cfg);
+    let head_in = cfg.value_hidden.max(cfg.adv_hidden);
+    let want_q = spec::head_q(cfg, &yb64);
+    Ok(vec![
+        compare_rel_norm("acting head outputs", &yb32, &want_y, gemm_chain(&[hh, vec![head_in + 1]].concat())),
+        compare_f32("acting q", q, &want_q, reduction_rule(&spec::head_q_f32(cfg, &yb32), &want_q)),
+    ])
+}
+
 /// `qnet_loss` (its batch loss included) against the oracle's loss evaluated on the GPU's own
 /// forward outputs: the Double DQN actions exactly, then the loss at those actions.
 pub fn check_qnet_loss(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {

@@ -14,8 +14,10 @@
 //! working copy of the compact tensors, cuda/qnet_heads.cu): backward, its weight gradient
 //! and the hidden gradient are one GEMM each; forward, each head's GEMM reads its block in
 //! place (a dense forward would multiply the zeros too: slower at these sizes). Per update:
-//! 7 GEMMs forward, 7 backward, 12 kernels (input staging, 3 ReLU, head, loss, loss reduction, gradient
-//! gather, 3 ReLU backward, head-matrix scatter) and the optimizer's 3.
+//! 13 GEMMs (forward: trunk 2, the heads' hidden layer, one per head; backward: 7) and 9
+//! kernels (`qnet_first_layer`, which also stages the input; `qnet_head`; `qnet_loss`;
+//! `qnet_heads_gather`; 3 `qnet_relu_backward`; `qnet_grad_norm`, `qnet_adam`); the forward
+//! ReLUs ride in the GEMM epilogues (with the cuBLAS engine, `qnet_relu` launches).
 //!
 //! **Hot path.** Every buffer is allocated in [`QNet::new`]; an update launches work only:
 //! no allocation, no host copy, no synchronisation. All per-step values (the Adam step, the
@@ -58,9 +60,12 @@ impl Acting {
 /// Atoms a `qnet_head` lane holds in registers (QNET_HEAD_SLOTS in cuda/qnet_head.cu).
 const HEAD_SLOTS: usize = 8;
 
-/// Bytes of padding after a `qnet_head` block's shared rows: 32 doubles (a slot past NA reads
-/// at most 31 values past its row).
-const HEAD_PAD: usize = 32 * 8;
+/// Atoms a `qnet_head_q` lane holds in registers (QNET_HEAD_Q_SLOTS in cuda/qnet_head.cu).
+const HEAD_Q_SLOTS: usize = 16;
+
+/// Values of padding after a head block's shared rows: 32 (a slot past NA reads at most 31
+/// values past its row).
+const HEAD_PAD: usize = 32;
 
 /// Threads a `qnet_head` block aims at: whole rows of (action, lane) groups up to this many.
 const HEAD_THREADS: usize = 256;
@@ -177,10 +182,10 @@ struct Dims {
 }
 
 struct Kernels {
-    stage_input: CudaFunction,
     relu: CudaFunction,
     first_layer: CudaFunction,
     head: CudaFunction,
+    head_q: CudaFunction,
     loss: CudaFunction,
     relu_backward: CudaFunction,
     heads_scatter: CudaFunction,
@@ -288,8 +293,8 @@ pub struct QNet {
     /// Benchmarking only: launch the GEMMs and skip the kernels between them (the values
     /// are then meaningless), to time the GEMMs alone.
     gemms_only: bool,
-    /// `qnet_head`'s launch shape, fixed by the network's dimensions (`head_split`).
-    head: HeadSplit,
+    /// The launch shapes of `qnet_head` and `qnet_head_q`, fixed by the network's dimensions.
+    head: HeadSplits,
 }
 
 impl QNet {
@@ -324,14 +329,15 @@ impl QNet {
             kk: cfg.num_branches(),
             params: spec::param_count(cfg),
         };
-        let head = head_split(d)?; // the head's limits, refused here rather than at the first forward
+        // The heads' limits, refused here rather than at the first forward.
+        let head = HeadSplits { head: head_split(d)?, head_q: head_q_split(d)? };
         let s = &gpu.stream;
         let f = |kernel: &str, entry: &str| gpu.function(kernel, entry);
         let k = Kernels {
-            stage_input: f("qnet_forward", "qnet_stage_input")?,
             relu: f("qnet_forward", "qnet_relu")?,
             first_layer: f("qnet_forward", "qnet_first_layer")?,
             head: f("qnet_head", "qnet_head")?,
+            head_q: f("qnet_head", "qnet_head_q")?,
             loss: f("qnet_loss", "qnet_loss")?,
             relu_backward: f("qnet_backward", "qnet_relu_backward")?,
             heads_scatter: f("qnet_heads", "qnet_heads_scatter")?,
@@ -514,20 +520,13 @@ impl QNet {
         let d = self.d;
         self.check_len("states", states.len(), d.b * d.s)?;
         self.check_len("next_states", next_states.len(), d.b * d.s)?;
-        let (b32, s32) = (d.b as u32, d.s as u32);
-        let mut l = self.stream.launch_builder(&self.k.stage_input);
-        l.arg(states).arg(next_states).arg(&mut self.x).arg(&b32).arg(&s32);
-        // SAFETY: qnet_stage_input(const float* s [B x S], const float* s2 [B x S],
-        // float* x [2B x (S + 1)], u32 B, u32 S): lengths checked above and in new().
-        if !self.gemms_only {
-            unsafe { l.launch(grid_stride(d.rows * (d.s + 1))) }?;
-        }
-
         let (p, r, off) = (d.params, d.rows, &self.off);
         // Hidden layers: a = relu([in | 1] [w; b]) for both networks (x is shared), the first
-        // by qnet_first_layer, the others by one product with a ReLU epilogue.
+        // by qnet_first_layer (which stages x = [s | 1; s' | 1] and keeps it for the
+        // backward), the others by one product with a ReLU epilogue.
         if !self.gemms_only {
-            first_layer(&self.stream, &self.k.first_layer, &self.x, d, &self.params.slice(off.w1..), NETS, r, p, &mut self.a1)?;
+            let input = FirstInput { s: states, s2: next_states, split: d.b, ld: d.s, x: Some(&mut self.x) };
+            first_layer(&self.stream, &self.k.first_layer, input, d, &self.params.slice(off.w1..), NETS, r, p, &mut self.a1)?;
         }
         #[rustfmt::skip]
         hidden_layer(&self.blas, self.gemms_only, &self.k.relu, NETS, r, d.h2, d.h1 + 1,
@@ -584,7 +583,7 @@ impl QNet {
         }
         let dists = Dists { logits: &mut self.logits, log_probs: &mut self.log_probs, probs: &mut self.probs };
         let out = HeadOutputs { dists: Some(dists), q: &mut self.q };
-        launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, self.d, self.head, NETS, self.d.rows, &self.y, out)
+        launch_head(&self.stream, &self.k, &self.heads_w, &self.shape, &self.cfg, self.d, &self.head, NETS, self.d.rows, &self.y, out)
     }
 
     /// `qnet_loss` (ending in the batch loss) on the last forward, for the batch's actions,
@@ -758,7 +757,8 @@ impl QNet {
         self.check_len("acting input", x.len(), r * (d.s + 1))?;
         let off = &self.off;
         let (relu_k, st) = (&self.k.relu, &self.stream);
-        first_layer(st, &self.k.first_layer, x, d, &self.params.slice(off.w1..), 1, r, 0, &mut a.a1)?;
+        let input = FirstInput { s: x, s2: x, split: r, ld: d.s + 1, x: None };
+        first_layer(st, &self.k.first_layer, input, d, &self.params.slice(off.w1..), 1, r, 0, &mut a.a1)?;
         hidden_layer(&self.blas, false, relu_k, 1, r, d.h2, d.h1 + 1, &a.a1, 0, &self.params.slice(off.w2..), 0, &mut a.a2)?;
         hidden_layer(&self.blas, false, relu_k, 1, r, d.hw, d.h2 + 1, &a.a2, 0, &self.params.slice(off.wh..), 0, &mut a.ah)?;
         // The heads' output products side by side: the value head on the main stream, the
@@ -774,14 +774,32 @@ impl QNet {
                 0.0, &mut a.y.slice_mut(col..), d.ow)?;
         }
         self.join(0..side)?;
-        // Acting reads the Q-values only: the head writes no distributions.
+        self.act_head(a)
+    }
+
+    /// The last stage of [`QNet::act`]: `qnet_head_q` on `a`'s head-output rows. Acting reads
+    /// the Q-values only, so the head, in float, writes nothing else.
+    pub fn act_head(&self, a: &mut Acting) -> Result<()> {
         let out = HeadOutputs { dists: None, q: &mut a.q };
-        launch_head(&self.stream, &self.k.head, &self.heads_w, &self.shape, &self.cfg, d, self.head, 1, r, &a.y, out)
+        launch_head(&self.stream, &self.k, &self.heads_w, &self.shape, &self.cfg, self.d, &self.head, 1, a.rows, &a.y, out)
+    }
+
+    /// Overwrite `a`'s head-output rows (`N x ow`, without bias), so that a fixture replay
+    /// can run [`QNet::act_head`] on recorded inputs.
+    pub fn load_acting_outputs(&self, a: &mut Acting, y: &[f32]) -> Result<()> {
+        self.check_len("acting head outputs", y.len(), a.rows * self.d.ow)?;
+        Ok(self.stream.memcpy_htod(y, &mut a.y)?)
     }
 
     /// The Q-values of the last [`QNet::act`].
     pub fn read_acting(&self, a: &Acting) -> Result<Vec<f32>> {
         Ok(self.stream.clone_dtoh(&a.q)?)
+    }
+
+    /// The head-output rows (`N x ow`, before the bias the head adds) of the last
+    /// [`QNet::act`].
+    pub fn read_acting_outputs(&self, a: &Acting) -> Result<Vec<f32>> {
+        Ok(self.stream.clone_dtoh(&a.y)?)
     }
 
     /// Read one network's forward outputs (`net` 0 online, 1 target).
@@ -920,65 +938,78 @@ struct Dists<'a> {
     probs: &'a mut CudaSlice<f32>,
 }
 
-/// The outputs `qnet_head` writes, `nets x rows` rows each: Q always, the distributions
-/// when asked (the update's loss reads them; acting does not).
+/// The outputs of the head, `nets x rows` rows each: Q always; with the distributions,
+/// `qnet_head` (double, the update's: its loss reads them), without, `qnet_head_q` (float,
+/// Q only: acting's).
 struct HeadOutputs<'a> {
     dists: Option<Dists<'a>>,
     q: &'a mut CudaSlice<f32>,
 }
 
-/// `qnet_head` on the head-output rows `y` (`nets x rows x ow`) of the first `nets`
-/// networks: the update's (both networks on 2B rows) and acting's (the online one on N).
+/// The head on the head-output rows `y` (`nets x rows x ow`) of the first `nets` networks:
+/// the update's (`qnet_head`, both networks on 2B rows, with the distributions) and
+/// acting's (`qnet_head_q`, the online one on N rows, Q only).
 #[allow(clippy::too_many_arguments)]
 fn launch_head(
     stream: &Arc<CudaStream>,
-    k: &CudaFunction,
+    k: &Kernels,
     heads_w: &CudaSlice<f32>,
     shape: &BranchShape,
     cfg: &QNetConfig,
     d: Dims,
-    s: HeadSplit,
+    splits: &HeadSplits,
     nets: usize,
     rows: usize,
     y: &CudaSlice<f32>,
     out: HeadOutputs,
 ) -> Result<()> {
     let na = d.na as u32;
-    let rows32 = u32::try_from(rows).map_err(|_| Error::Usage(format!("qnet_head over {rows} rows: more than u32 rows")))?;
+    let rows32 = u32::try_from(rows).map_err(|_| Error::Usage(format!("the head over {rows} rows: more than u32 rows")))?;
     let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
     let bias = heads_w.slice(bias_at..);
+    let s = if out.dists.is_some() { splits.head } else { splits.head_q };
     let chunks = u32::try_from(rows.div_ceil(s.block_rows))
-        .map_err(|_| Error::Usage(format!("qnet_head over {rows} rows: too many for one grid")))?;
+        .map_err(|_| Error::Usage(format!("the head over {rows} rows: too many for one grid")))?;
     let (lpa, block_rows) = (s.lpa as u32, s.block_rows as u32);
-    let mut l = stream.launch_builder(k);
-    #[rustfmt::skip]
-    l.arg(y).arg(&bias).arg(&bias_stride).arg(shape).arg(&na).arg(&cfg.v_min).arg(&cfg.v_max).arg(&rows32)
-        .arg(&lpa).arg(&block_rows);
-    let (null, on, off) = (0u64, 1u32, 0u32);
-    match out.dists {
-        Some(dists) => l.arg(&on).arg(dists.logits).arg(dists.log_probs).arg(dists.probs),
-        None => l.arg(&off).arg(&null).arg(&null).arg(&null),
-    };
-    l.arg(out.q);
     let launch = LaunchConfig {
         grid_dim: (chunks, nets as u32, 1),
         block_dim: (s.threads as u32, 1, 1),
         shared_mem_bytes: s.smem as u32,
     };
-    // SAFETY: follows qnet_head's signature: y is nets x rows x ow, bias ow floats at each
-    // net's stride (row H of its dense head matrix), the BranchShape by value, u32 lpa and
-    // block_rows as head_split chose them (a power of two <= 32 with NA <= lpa HEAD_SLOTS;
-    // block_rows qw lpa <= threads <= 1024), u32 dists then the outputs nets x rows x lw
-    // (logits, log_probs, probs; null pointers with dists = 0, which the kernel never
-    // touches) and nets x rows x qw (q), as allocated by QNet::new (nets = NETS, rows = 2B)
-    // and QNet::acting (nets = 1, rows = N); grid (row chunks, nets), block_rows (ow + K NA)
-    // + 32 doubles of dynamic shared memory.
-    unsafe { l.launch(launch) }?;
+    match out.dists {
+        Some(dists) => {
+            let mut l = stream.launch_builder(&k.head);
+            #[rustfmt::skip]
+            l.arg(y).arg(&bias).arg(&bias_stride).arg(shape).arg(&na).arg(&cfg.v_min).arg(&cfg.v_max).arg(&rows32)
+                .arg(&lpa).arg(&block_rows).arg(&1u32).arg(dists.logits).arg(dists.log_probs).arg(dists.probs).arg(out.q);
+            // SAFETY: follows qnet_head's signature: y is nets x rows x ow, bias ow floats at
+            // each net's stride (row H of its dense head matrix), the BranchShape by value, u32
+            // lpa and block_rows as head_split chose them (a power of two <= 32 with NA <= lpa
+            // HEAD_SLOTS; block_rows qw lpa <= threads <= 1024), u32 dists = 1, then the
+            // outputs nets x rows x lw (logits, log_probs, probs) and nets x rows x qw (q), as
+            // allocated by QNet::new (nets = NETS, rows = 2B); grid (row chunks, nets),
+            // block_rows (ow + K NA) + 32 doubles of dynamic shared memory.
+            unsafe { l.launch(launch) }?;
+        }
+        None => {
+            let mut l = stream.launch_builder(&k.head_q);
+            #[rustfmt::skip]
+            l.arg(y).arg(&bias).arg(shape).arg(&na).arg(&cfg.v_min).arg(&cfg.v_max).arg(&rows32).arg(&lpa)
+                .arg(&block_rows).arg(out.q);
+            // SAFETY: follows qnet_head_q's signature: y is rows x ow (one network), bias the
+            // online net's ow floats (row H of its dense head matrix), the BranchShape by value,
+            // u32 lpa and block_rows as head_q_split chose them (a power of two <= 32 with NA <=
+            // lpa HEAD_Q_SLOTS; block_rows qw lpa <= threads <= 1024), q rows x qw, as
+            // allocated by QNet::acting; grid (row chunks, 1), block_rows (ow + K NA) + 32
+            // floats of dynamic shared memory.
+            unsafe { l.launch(launch) }?;
+        }
+    }
     Ok(())
 }
 
 #[derive(Clone, Copy, Debug)]
-/// How `qnet_head` splits its work (see cuda/qnet_head.cu): `lpa` lanes per (row, action),
+/// How the head splits its work (see cuda/qnet_head.cu): `lpa` lanes per (row, action),
 /// `block_rows` rows per block of `threads` threads, `smem` bytes of shared memory.
 struct HeadSplit {
     lpa: usize,
@@ -987,28 +1018,47 @@ struct HeadSplit {
     smem: usize,
 }
 
-/// The head's work split for the network's dimensions, or why it has none.
+/// The split of each head kernel: `qnet_head` (double) and `qnet_head_q` (float).
+#[derive(Clone, Copy, Debug)]
+struct HeadSplits {
+    head: HeadSplit,
+    head_q: HeadSplit,
+}
+
+/// `qnet_head`'s work split for the network's dimensions, or why it has none.
 fn head_split(d: Dims) -> Result<HeadSplit> {
-    let lpa = d.na.div_ceil(HEAD_SLOTS).next_power_of_two();
+    lane_split(d, HEAD_SLOTS, 8)
+}
+
+/// A lane-group head's split: `lpa` lanes per (row, action), the least power of two with NA
+/// <= lpa `slots`, whole rows up to HEAD_THREADS threads, `real`-byte shared values.
+fn lane_split(d: Dims, slots: usize, real: usize) -> Result<HeadSplit> {
+    let lpa = d.na.div_ceil(slots).next_power_of_two();
     if lpa > 32 {
         return Err(Error::Usage(format!(
-            "atoms = {}: the GPU head holds at most {} atoms per action (8 per lane of a warp); use at most that many",
+            "atoms = {}: the GPU head holds at most {} atoms per action ({slots} per lane of a warp); use at most that many",
             d.na,
-            32 * HEAD_SLOTS
+            32 * slots
         )));
     }
     let row_threads = d.qw * lpa;
-    let row_smem = (d.ow + d.kk * d.na) * 8;
-    if row_threads > 1024 || row_smem + HEAD_PAD > SMEM_DEFAULT {
+    let (row_smem, pad) = ((d.ow + d.kk * d.na) * real, HEAD_PAD * real);
+    if row_threads > 1024 || row_smem + pad > SMEM_DEFAULT {
         return Err(Error::Usage(format!(
             "{} actions x {} atoms: one row of the GPU head needs {row_threads} threads and {row_smem} bytes of shared \
              memory (at most 1024 and {SMEM_DEFAULT}); use fewer actions or atoms",
             d.qw, d.na
         )));
     }
-    let block_rows = (HEAD_THREADS / row_threads).clamp(1, (SMEM_DEFAULT - HEAD_PAD) / row_smem);
-    let (threads, smem) = ((block_rows * row_threads).next_multiple_of(32), block_rows * row_smem + HEAD_PAD);
+    let block_rows = (HEAD_THREADS / row_threads).clamp(1, (SMEM_DEFAULT - pad) / row_smem);
+    let (threads, smem) = ((block_rows * row_threads).next_multiple_of(32), block_rows * row_smem + pad);
     Ok(HeadSplit { lpa, block_rows, threads, smem })
+}
+
+/// `qnet_head_q`'s work split: as `qnet_head`'s, with HEAD_Q_SLOTS atoms a lane and float
+/// shared memory.
+fn head_q_split(d: Dims) -> Result<HeadSplit> {
+    lane_split(d, HEAD_Q_SLOTS, 4)
 }
 
 /// `rows` rows of `width` values and a ones column (each value `fill`).
@@ -1053,10 +1103,21 @@ const FIRST_ROWS: usize = 8;
 
 /// `qnet_first_layer`: a1 = relu([x | 1] [w1; b1]) for `nets` networks on `rows` rows of x.
 #[allow(clippy::too_many_arguments)]
+/// `qnet_first_layer`'s input: row r's S values at `s` + r `ld` for r < `split`, else at
+/// `s2` + (r - split) `ld`; the staged rows (with their ones column) are written to `x` if given.
+struct FirstInput<'a> {
+    s: &'a CudaSlice<f32>,
+    s2: &'a CudaSlice<f32>,
+    split: usize,
+    ld: usize,
+    x: Option<&'a mut CudaSlice<f32>>,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn first_layer(
     stream: &Arc<CudaStream>,
     k: &CudaFunction,
-    x: &CudaSlice<f32>,
+    input: FirstInput,
     d: Dims,
     w1: &CudaView<f32>,
     nets: usize,
@@ -1067,17 +1128,25 @@ fn first_layer(
     let (dim, rows64, h1, stride) = (d.s as u32, rows as u64, d.h1 as u32, param_stride as u64);
     let blocks = u32::try_from(rows.div_ceil(FIRST_ROWS))
         .map_err(|_| Error::Usage(format!("first layer over {rows} rows: too many for one grid")))?;
+    let (split, in_ld, null) = (input.split as u64, input.ld as u32, 0u64);
     let mut b = stream.launch_builder(k);
-    b.arg(x).arg(&dim).arg(&rows64).arg(w1).arg(&stride).arg(&h1).arg(a1);
+    b.arg(input.s).arg(input.s2).arg(&split).arg(&in_ld).arg(&dim).arg(&rows64).arg(w1).arg(&stride).arg(&h1).arg(a1);
+    match input.x {
+        Some(x) => b.arg(x),
+        None => b.arg(&null),
+    };
     let cfg = LaunchConfig {
         grid_dim: (blocks, nets as u32, 1),
         block_dim: (d.h1.next_multiple_of(32).min(256) as u32, 1, 1),
         shared_mem_bytes: (FIRST_ROWS * (d.s + 1) * 4) as u32,
     };
-    // SAFETY: qnet_first_layer(const float* x [rows x (S + 1)], u32 S, u64 rows, const float* w1 (net n's
-    // (S + 1) x h1 at n * param_stride, inside the flat parameters), u64 param_stride, u32 h1,
-    // float* a1 [nets x rows x (h1 + 1)]): x is the update's staged input (2B rows) or the
-    // acting input (N rows), a1 the matching activations (QNet::new, QNet::acting).
+    // SAFETY: qnet_first_layer(const float* s, const float* s2, u64 split, u32 in_ld, u32 S,
+    // u64 rows, const float* w1 (net n's (S + 1) x h1 at n * param_stride, inside the flat
+    // parameters), u64 param_stride, u32 h1, float* a1 [nets x rows x (h1 + 1)], float* x
+    // [rows x (S + 1)] or null): the update passes states and next_states (B x S each,
+    // checked in forward), split B, in_ld S and its x (2B rows); acting passes its x (N x
+    // (S + 1), checked in act) as both halves, split N, in_ld S + 1 and null; a1 the matching
+    // activations (QNet::new, QNet::acting).
     unsafe { b.launch(cfg) }?;
     Ok(())
 }

@@ -44,7 +44,7 @@ mod gpu {
         let gpu = gpu();
         let m = load_market(None).unwrap();
         let cfg = EnvConfig { envs: 4096, dsr_eta: 0.02, ..EnvConfig::default() };
-        let (comparisons, activity) = check_experience(&gpu, &cfg, &EnvMarket::of(&m), Split::test(&m), 0.1, 30, 0).unwrap();
+        let (comparisons, activity) = check_experience(&gpu, &cfg, &EnvMarket::of(&m), Split::test(&m), 0.1, 30, 15).unwrap();
         assert_all(&comparisons);
         assert!(activity.fills > 1000, "{activity:?}");
     }

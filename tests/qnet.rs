@@ -34,6 +34,18 @@ mod gpu {
         sweep(parity::check_qnet_forward);
     }
 
+    /// The acting forward (the online network on N states, `qnet_head_q` in float) at the
+    /// update's batch sizes and the experience step's N = 4096, both atom settings.
+    #[test]
+    fn acting_forward_matches_the_oracle_at_every_size_and_atom_setting() {
+        sweep(parity::check_acting);
+        let gpu = gpu();
+        for atoms in ATOMS {
+            let case = QNetCase { atoms, state_dim: 15, batch: 4096, seed: 0x4096 };
+            assert_all(&parity::check_acting(&gpu, &case).unwrap());
+        }
+    }
+
     #[test]
     fn qnet_loss_matches_the_oracle_at_every_batch_size_and_atom_setting() {
         sweep(parity::check_qnet_loss);

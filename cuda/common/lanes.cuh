@@ -17,3 +17,13 @@ __device__ __forceinline__ double group_max(double v, unsigned int mask, unsigne
     }
     return v;
 }
+
+__device__ __forceinline__ float group_sum(float v, unsigned int mask, unsigned int width) {
+    for (unsigned int offset = width / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(mask, v, offset, width);
+    return v;
+}
+
+__device__ __forceinline__ float group_max(float v, unsigned int mask, unsigned int width) {
+    for (unsigned int offset = width / 2; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(mask, v, offset, width));
+    return v;
+}

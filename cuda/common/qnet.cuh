@@ -29,6 +29,11 @@ __device__ __forceinline__ double support_atom(double lo, double dz, unsigned in
     return __dadd_rn(lo, __dmul_rn((double)i, dz));
 }
 
+// The same in float (the acting head's): v_min + i dz rounded after each operation.
+__device__ __forceinline__ float support_atom(float lo, float dz, unsigned int i) {
+    return __fadd_rn(lo, __fmul_rn((float)i, dz));
+}
+
 // Sum over a block of exactly `threads` (a power of two <= 1024) doubles in a fixed tree:
 // the same bits at every launch. Every thread gets the result. `s` has `threads` slots.
 __device__ __forceinline__ double block_sum_fixed(double v, double* s, unsigned int threads) {

@@ -512,6 +512,64 @@ pub fn head(cfg: &QNetConfig, f: &mut Forward) {
     }
 }
 
+/// Q of each row from its head-output row plus bias `yb` (`rows x output_width`: the value,
+/// then each branch's advantages), by [`head`], in the GPU's row layout: `rows x sum n_k`,
+/// branch k's actions after branch k - 1's.
+pub fn head_q(cfg: &QNetConfig, yb: &[f64]) -> Vec<f64> {
+    let (width, offsets) = (output_width(cfg), output_offsets(cfg));
+    let rows = yb.len() / width.max(1);
+    let mut f = Forward {
+        batch: rows,
+        states: Vec::new(),
+        h1: Vec::new(),
+        h2: Vec::new(),
+        heads_hidden: Vec::new(),
+        value: columns(yb, width, 0, cfg.atoms),
+        adv: (0..cfg.num_branches()).map(|k| columns(yb, width, offsets[k + 1], offsets[k + 2] - offsets[k + 1])).collect(),
+        logits: Vec::new(),
+        log_probs: Vec::new(),
+        probs: Vec::new(),
+        q: Vec::new(),
+    };
+    head(cfg, &mut f);
+    let mut q = Vec::with_capacity(rows * cfg.branches.iter().sum::<usize>());
+    for i in 0..rows {
+        for (k, &n) in cfg.branches.iter().enumerate() {
+            q.extend_from_slice(&f.q[k][i * n..(i + 1) * n]);
+        }
+    }
+    q
+}
+
+/// The float32 reference of `qnet_head_q` (the acting head, float arithmetic) for
+/// `tolerance::reduction_rule`: [`head_q`] in float, every sum (advantage mean, softmax
+/// denominator, Q) in reverse order, so in another order than the kernel's; exp from libm.
+pub fn head_q_f32(cfg: &QNetConfig, yb: &[f32]) -> Vec<f32> {
+    let (na, width, offsets) = (cfg.atoms, output_width(cfg), output_offsets(cfg));
+    let (lo, hi) = (cfg.v_min, cfg.v_max);
+    let dz = if na > 1 { (hi - lo) / (na - 1) as f32 } else { 0.0 };
+    let mut q = Vec::new();
+    for row in yb.chunks_exact(width.max(1)) {
+        let value = &row[..na];
+        for (k, &n) in cfg.branches.iter().enumerate() {
+            let adv = &row[offsets[k + 1]..offsets[k + 2]];
+            let mean: Vec<f32> = (0..na).map(|z| (0..n).rev().map(|j| adv[j * na + z]).sum::<f32>() / n as f32).collect();
+            for j in 0..n {
+                let logits: Vec<f32> = (0..na).map(|z| (value[z] + adv[j * na + z]) - mean[z]).collect();
+                if na == 1 {
+                    q.push(logits[0]);
+                    continue;
+                }
+                let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let e: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+                let inv = 1.0 / e.iter().rev().sum::<f32>();
+                q.push((0..na).rev().map(|z| e[z] * inv * (lo + z as f32 * dz)).sum());
+            }
+        }
+    }
+    q
+}
+
 // ---------------------------------------------------------------------------------------------
 // Loss
 // ---------------------------------------------------------------------------------------------

@@ -443,3 +443,39 @@ fn update_is_deterministic_and_refuses_bad_batches_without_changing_anything() {
     assert_eq!(err.to_string(), "weights has 2 values, expected 3 (batch 3): size it from the batch and the config");
     assert_eq!((p, adam.step), (start, 0));
 }
+
+/// `head_q` is `forward`'s Q in row layout, and its float reference `head_q_f32` stays within
+/// float error of it: a few ulps of max |z| per softmax term and sum (51 atoms: well under
+/// 1e-5 of the support's reach), far below the O(1) of a wrong index or atom.
+#[test]
+fn head_q_is_the_forward_q_and_its_float_reference_is_within_float_error() {
+    for atoms in [1, 5, 51] {
+        let cfg = QNetConfig { v_min: -10.0, v_max: 10.0, ..small(atoms) };
+        let p = qnet::init_params(&cfg);
+        let mut rng = ChaCha8Rng::seed_from_u64(atoms as u64);
+        let states: Vec<f32> = (0..9 * cfg.state_dim).map(|_| rng.gen_range(-3.0..3.0)).collect();
+        let f = qnet::forward(&cfg, &p, &states);
+        let (width, offsets) = (qnet::output_width(&cfg), qnet::output_offsets(&cfg));
+        let mut yb = Vec::new();
+        for i in 0..f.batch {
+            yb.extend_from_slice(&f.value[i * atoms..(i + 1) * atoms]);
+            for (k, &n) in cfg.branches.iter().enumerate() {
+                yb.extend_from_slice(&f.adv[k][i * n * atoms..(i + 1) * n * atoms]);
+            }
+        }
+        assert_eq!(yb.len(), f.batch * width);
+        assert_eq!(offsets.len(), cfg.branches.len() + 2);
+        let q = qnet::head_q(&cfg, &yb);
+        let mut want = Vec::new();
+        for i in 0..f.batch {
+            for (k, &n) in cfg.branches.iter().enumerate() {
+                want.extend_from_slice(&f.q[k][i * n..(i + 1) * n]);
+            }
+        }
+        assert_eq!(q, want, "NA {atoms}");
+        let q32 = qnet::head_q_f32(&cfg, &yb.iter().map(|&v| v as f32).collect::<Vec<f32>>());
+        let worst = q32.iter().zip(&q).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-5 * 10.0, "NA {atoms}: float reference off by {worst:e}");
+        assert!(q.iter().any(|v| v.abs() > 1e-3), "NA {atoms}: Q all near zero, the check is vacuous");
+    }
+}

@@ -227,7 +227,7 @@ pub fn acting_config(market: &EnvMarket, seed: u64) -> tallyho_oracle::qnet::QNe
 /// Q-forward, action select, fill, barriers on the GPU) against the oracle stepped alongside
 /// from the same start. The oracle takes the GPU's Q-values as its action-select input (an
 /// argmax of near-tied float values is not stable under the GEMMs' summation order, so the
-/// forward is compared on its own, by its GEMM-chain tolerance, every `q_every` steps);
+/// forward is compared on its own every `q_every` steps, `parity::acting_comparisons`);
 /// everything else, states, actions, fills, rewards, dones and portfolios, bitwise at
 /// every step. Also returns what happened, counted on the oracle's side (so that a test can
 /// assert that the trajectory traded).
@@ -240,9 +240,7 @@ pub fn check_experience(
     steps: usize,
     q_every: usize,
 ) -> Result<(Vec<Comparison>, Activity)> {
-    use tallyho_oracle::compare_rel_norm;
     use tallyho_oracle::qnet as qspec;
-    use tallyho_oracle::tolerance::gemm_chain;
     let qcfg = acting_config(market, cfg.seed ^ 0x0a11);
     let net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
     let online = qspec::init_params(&qcfg);
@@ -250,7 +248,6 @@ pub fn check_experience(
     let mut env = Env::new(gpu, cfg, &BRANCHES, market, split)?;
     env.set_epsilon(epsilon)?;
     let mut oracle = EnvState::new(cfg, split);
-    let q_tol = gemm_chain(&super::forward_chain(&qcfg)[3]);
     let mut out: Vec<Comparison> = Vec::new();
     let mut activity = Activity::default();
     for t in 0..steps {
@@ -264,9 +261,8 @@ pub fn check_experience(
         }
         activity.greedy_and_random_differ |= want.actions != spec::action_select(cfg.seed, &BRANCHES, 0.0, &q, &before);
         if q_every > 0 && t % q_every == 0 {
-            let f = qspec::forward(&qcfg, &online, &want.states);
-            let want_q = super::branch_rows(&qcfg, &f.q, cfg.envs, 1);
-            merge_step(&mut out, t, vec![compare_rel_norm("q", &q, &want_q, q_tol)]);
+            let y = net.read_acting_outputs(&acting)?;
+            merge_step(&mut out, t, super::acting_comparisons(&qcfg, &online, &want.states, &y, &q)?);
         }
         let fills = env.read_fills()?;
         let o = env.read_outcome()?;
