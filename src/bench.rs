@@ -113,7 +113,7 @@ const QNET_BATCHES: [usize; 2] = [256, 1024];
 /// `tallyho bench qnet`: one full update of the default network (C51, 51 atoms; three
 /// forwards over two networks, loss, backward, clip, Adam, priorities) at B in {256, 1024},
 /// eager and graph-replayed, and its parts: `forward`, `loss`, `backward`, `optimizer`, and
-/// `update gemms` (the update's 13 GEMMs alone, and their TFLOP/s: GEMM flops / median),
+/// `update gemms` (the update's 16 GEMMs alone, and their TFLOP/s: GEMM flops / median),
 /// `update (tf32)`, the update with TF32 tensor-core GEMMs, and `update (cublas)`, the
 /// update on the cuBLAS engine instead of cuBLASLt. The `capacity` column is 0
 /// (no replay).

@@ -11,10 +11,10 @@
 //! flat buffer, so biases ride in the forward GEMMs and bias gradients come out of the
 //! weight-gradient GEMMs; the heads' hidden layers are one matrix, and the heads' output
 //! layers are one dense block-diagonal matrix with the output bias as its last row (a
-//! working copy of the compact tensors, cuda/qnet_heads.cu): backward, its weight gradient
-//! and the hidden gradient are one GEMM each; forward, each head's GEMM reads its block in
-//! place (a dense forward would multiply the zeros too: slower at these sizes). Per update:
-//! 13 GEMMs (forward: trunk 2, the heads' hidden layer, one per head; backward: 7) and 9
+//! working copy of the compact tensors, cuda/qnet_heads.cu): its weight gradient is one
+//! dense GEMM; the forward and the hidden gradient are one GEMM per head that reads its block
+//! in place (a dense product would multiply the zeros too: slower at these sizes). Per update:
+//! 16 GEMMs (forward: trunk 2, the heads' hidden layer, one per head; backward: 10) and 9
 //! kernels (`qnet_first_layer`, which also stages the input; `qnet_head`; `qnet_loss`;
 //! `qnet_heads_gather`; 3 `qnet_relu_backward`; `qnet_grad_norm`, `qnet_adam`); the forward
 //! ReLUs ride in the GEMM epilogues (with the cuBLAS engine, `qnet_relu` launches).
@@ -78,8 +78,9 @@ const NETS: usize = 2;
 
 /// Side streams the update forks independent GEMMs onto: at these sizes a GEMM fills a
 /// fraction of the GPU and costs its latency, so independent ones run side by side (the
-/// per-head forward products; each backward weight gradient beside the next data gradient).
-const LANES: usize = 3;
+/// per-head forward products and hidden gradients; each backward weight gradient beside the
+/// next data gradient).
+const LANES: usize = 4;
 
 /// A side stream with its own cuBLAS handle (so its own workspace) and the event that
 /// marks its work done.
@@ -430,9 +431,9 @@ impl QNet {
     pub fn update_gemm_flops(&self) -> f64 {
         let (d, c) = (self.d, &self.cfg);
         let per_head: usize = c.value_hidden * c.atoms + c.branches.iter().map(|&n| c.adv_hidden * n * c.atoms).sum::<usize>();
-        let dense = (d.hw + 1) * d.ow; // the backward's dense products, zeros off the blocks included
+        let dense = (d.hw + 1) * d.ow; // the backward's dense weight gradient, zeros off the blocks included
         let fwd = (d.h1 + 1) * d.h2 + (d.h2 + 1) * d.hw + per_head;
-        let bwd = 2 * dense + (d.h2 + 1) * d.hw + d.h2 * d.hw + (d.h1 + 1) * d.h2 + d.h1 * d.h2 + (d.s + 1) * d.h1;
+        let bwd = dense + per_head + (d.h2 + 1) * d.hw + d.h2 * d.hw + (d.h1 + 1) * d.h2 + d.h1 * d.h2 + (d.s + 1) * d.h1;
         2.0 * (NETS * d.rows * fwd + d.b * bwd) as f64
     }
 
@@ -643,7 +644,7 @@ impl QNet {
         // The data gradients run on the main stream, one after the other; each weight
         // gradient forks onto a lane as soon as its inputs exist, and all join at the end.
         // Heads' output layer: d[W_heads; bo] = [hh | 1]^T dy (dense), gathered into the
-        // compact wv2, wa2_k, bo (lane 0); d hh = dy W_heads^T.
+        // compact wv2, wa2_k, bo (lane 0); d hh = dy W_heads^T per head (below).
         self.fork(0..1)?;
         #[rustfmt::skip]
         self.lanes[0].blas.gemm(d.hw + 1, d.ow, b, 1.0, &self.ah, tr(d.hw + 1), &self.dy, pl(d.ow),
@@ -661,9 +662,19 @@ impl QNet {
             // GEMM that writes heads_grad on the same lane.
             unsafe { l.launch(grid_stride(count)) }?;
         }
-        #[rustfmt::skip]
-        self.blas.gemm(b, d.hw, d.ow, 1.0, &self.dy, pl(d.ow), &self.heads_w.slice(..d.hw * d.ow), tr(d.ow),
-            0.0, &mut self.dhh, d.hw)?;
+        // d hh = dy W_heads^T as one product per head, each with its block of the dense
+        // matrix (the dense product multiplied the zero blocks too: 26 us under ncu at
+        // B = 256, K = 612 walked by 128 tiles), side by side: the value head on the main
+        // stream, the branches on lanes 1.., joined before the ReLU.
+        let side = (self.heads.len() - 1).min(LANES - 1);
+        self.fork(1..1 + side)?;
+        for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
+            let blas = if h == 0 { &self.blas } else { &self.lanes[1 + (h - 1) % (LANES - 1)].blas };
+            #[rustfmt::skip]
+            blas.gemm(b, fan_in, width, 1.0, &self.dy.slice(col..), pl(d.ow), &self.heads_w.slice(row * d.ow + col..), tr(d.ow),
+                0.0, &mut self.dhh.slice_mut(row..), d.hw)?;
+        }
+        self.join(1..1 + side)?;
         relu_backward(self.gemms_only, &self.stream, &self.k.relu_backward, &mut self.dhh, &self.ah, b, d.hw)?;
         // [wh; bh] (lane 1) and dh2.
         self.fork(1..2)?;
