@@ -11,6 +11,7 @@ use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tallyho_oracle::per::{self, PerState, Transitions, ACTION_BRANCHES};
+use tallyho_oracle::qnet::branch_rows;
 use tallyho_oracle::tolerance::{PER_IS_WEIGHT, PER_PRIORITY};
 use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, philox, Comparison, PerConfig};
 
@@ -386,20 +387,7 @@ impl QNetSetup {
     }
 }
 
-/// Per-branch tensors (`[k]`: rows x n_k x `per_action`) as rows of all branches, branch-major:
-/// the GPU's layout of logits and Q.
-pub(crate) fn branch_rows(cfg: &tallyho_oracle::qnet::QNetConfig, per_branch: &[Vec<f64>], rows: usize, per_action: usize) -> Vec<f64> {
-    let mut out = Vec::new();
-    for i in 0..rows {
-        for (k, &n) in cfg.branches.iter().enumerate() {
-            let w = n * per_action;
-            out.extend_from_slice(&per_branch[k][i * w..(i + 1) * w]);
-        }
-    }
-    out
-}
-
-/// The inverse of [`branch_rows`] for the GPU's rows `range`, widened.
+/// The inverse of `qnet::branch_rows` for the GPU's rows `range`, widened.
 fn split_branches(
     cfg: &tallyho_oracle::qnet::QNetConfig,
     all: &[f32],
@@ -511,11 +499,8 @@ pub fn check_acting(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
 }
 
 /// An acting forward's outputs against the oracle, stage by stage: the head-output rows
-/// plus bias against the oracle's forward of `states` (the GEMM chain's bound), and Q
-/// against the oracle's head in f64 on the GPU's own rows plus bias, by the FlashAttention
-/// rule (`tolerance::reduction_rule`) with `qnet::head_q_f32`, the float reference: the
-/// acting head computes in float, so its error is a few float ulps of sum_z p_z |z_z|, which
-/// a relative bound on Q itself (near 0 where the distribution is centred) cannot express.
+/// plus bias against the oracle's forward of `states` (the GEMM chain's bound), then Q by
+/// [`acting_q_comparison`].
 pub(crate) fn acting_comparisons(
     cfg: &tallyho_oracle::qnet::QNetConfig,
     online: &[f32],
@@ -523,31 +508,45 @@ pub(crate) fn acting_comparisons(
     y: &[f32],
     q: &[f32],
 ) -> Result<Vec<Comparison>> {
+    use tallyho_oracle::compare_rel_norm;
     use tallyho_oracle::qnet as spec;
-    use tallyho_oracle::tolerance::{gemm_chain, reduction_rule};
-    use tallyho_oracle::{compare_f32, compare_rel_norm};
-    let bo = spec::tensor(cfg, "bo").ok_or_else(|| crate::error::Error::Usage("the layout has no bo".into()))?;
-    let bias = &online[bo.range()];
-    let width = spec::output_width(cfg);
-    let yb64: Vec<f64> = y.chunks_exact(width).flat_map(|r| r.iter().zip(bias).map(|(&v, &b)| f64::from(v) + f64::from(b))).collect();
-    let yb32: Vec<f32> = y.chunks_exact(width).flat_map(|r| r.iter().zip(bias).map(|(&v, &b)| v + b)).collect();
-    let f = spec::forward(cfg, online, states);
-    let (na, offsets) = (cfg.atoms, spec::output_offsets(cfg));
-    let mut want_y = Vec::with_capacity(yb64.len());
-    for i in 0..f.batch {
-        want_y.extend_from_slice(&f.value[i * na..(i + 1) * na]);
-        for (k, &n) in cfg.branches.iter().enumerate() {
-            want_y.extend_from_slice(&f.adv[k][i * n * na..(i + 1) * n * na]);
-        }
-    }
-    debug_assert_eq!(offsets.len(), cfg.branches.len() + 2);
+    use tallyho_oracle::tolerance::gemm_chain;
+    let bias = head_bias(cfg, online)?;
+    let (yb, _) = rows_plus_bias(y, bias);
+    let want_y = spec::head_rows(cfg, &spec::forward(cfg, online, states));
     let [_, _, hh, _] = forward_chain(cfg);
     let head_in = cfg.value_hidden.max(cfg.adv_hidden);
-    let want_q = spec::head_q(cfg, &yb64);
     Ok(vec![
-        compare_rel_norm("acting head outputs", &yb32, &want_y, gemm_chain(&[hh, vec![head_in + 1]].concat())),
-        compare_f32("acting q", q, &want_q, reduction_rule(&spec::head_q_f32(cfg, &yb32), &want_q)),
+        compare_rel_norm("acting head outputs", &yb, &want_y, gemm_chain(&[hh, vec![head_in + 1]].concat())),
+        acting_q_comparison(cfg, y, bias, q),
     ])
+}
+
+/// `qnet_head_q`'s Q (`q`) against the oracle's head in f64 on the same head-output rows `y`
+/// plus `bias`, by the FlashAttention rule (`tolerance::reduction_rule`) with
+/// `qnet::head_q_f32`, the float reference: the acting head computes in float, so its error
+/// is a few float ulps of sum_z p_z |z_z|, which a relative bound on Q itself (near 0 where
+/// the distribution is centred) cannot express.
+pub(crate) fn acting_q_comparison(cfg: &tallyho_oracle::qnet::QNetConfig, y: &[f32], bias: &[f32], q: &[f32]) -> Comparison {
+    use tallyho_oracle::qnet as spec;
+    use tallyho_oracle::tolerance::reduction_rule;
+    let (yb32, yb64) = rows_plus_bias(y, bias);
+    let want = spec::head_q(cfg, &yb64);
+    compare_f32("acting q", q, &want, reduction_rule(&spec::head_q_f32(cfg, &yb32), &want))
+}
+
+/// The head-output bias `bo` of a network's parameters (row H of its dense head matrix).
+pub(crate) fn head_bias<'a>(cfg: &tallyho_oracle::qnet::QNetConfig, params: &'a [f32]) -> Result<&'a [f32]> {
+    let bo = tallyho_oracle::qnet::tensor(cfg, "bo").ok_or_else(|| crate::error::Error::Usage("the layout has no bo".into()))?;
+    Ok(&params[bo.range()])
+}
+
+/// Head-output rows `y` plus the bias of each column: in float (the kernels' sum) and exactly.
+pub(crate) fn rows_plus_bias(y: &[f32], bias: &[f32]) -> (Vec<f32>, Vec<f64>) {
+    let width = bias.len().max(1);
+    let f32s = y.chunks_exact(width).flat_map(|r| r.iter().zip(bias).map(|(&v, &b)| v + b)).collect();
+    let exact = y.chunks_exact(width).flat_map(|r| r.iter().zip(bias).map(|(&v, &b)| f64::from(v) + f64::from(b))).collect();
+    (f32s, exact)
 }
 
 /// `qnet_loss` (its batch loss included) against the oracle's loss evaluated on the GPU's own

@@ -1112,8 +1112,6 @@ fn hidden_layer(
 /// Rows of a `qnet_first_layer` block (`QNET_FIRST_ROWS`).
 const FIRST_ROWS: usize = 8;
 
-/// `qnet_first_layer`: a1 = relu([x | 1] [w1; b1]) for `nets` networks on `rows` rows of x.
-#[allow(clippy::too_many_arguments)]
 /// `qnet_first_layer`'s input: row r's S values at `s` + r `ld` for r < `split`, else at
 /// `s2` + (r - split) `ld`; the staged rows (with their ones column) are written to `x` if given.
 struct FirstInput<'a> {
@@ -1124,6 +1122,7 @@ struct FirstInput<'a> {
     x: Option<&'a mut CudaSlice<f32>>,
 }
 
+/// `qnet_first_layer`: a1 = relu([x | 1] [w1; b1]) for `nets` networks on `rows` input rows.
 #[allow(clippy::too_many_arguments)]
 fn first_layer(
     stream: &Arc<CudaStream>,

@@ -532,13 +532,34 @@ pub fn head_q(cfg: &QNetConfig, yb: &[f64]) -> Vec<f64> {
         q: Vec::new(),
     };
     head(cfg, &mut f);
-    let mut q = Vec::with_capacity(rows * cfg.branches.iter().sum::<usize>());
+    branch_rows(cfg, &f.q, rows, 1)
+}
+
+/// Per-branch tensors (`[k]`: rows x n_k x `per_action`) as rows of all branches, branch k's
+/// after branch k - 1's: the GPU's layout of logits and Q.
+pub fn branch_rows(cfg: &QNetConfig, per_branch: &[Vec<f64>], rows: usize, per_action: usize) -> Vec<f64> {
+    let mut out = Vec::new();
     for i in 0..rows {
         for (k, &n) in cfg.branches.iter().enumerate() {
-            q.extend_from_slice(&f.q[k][i * n..(i + 1) * n]);
+            let w = n * per_action;
+            out.extend_from_slice(&per_branch[k][i * w..(i + 1) * w]);
         }
     }
-    q
+    out
+}
+
+/// The head-output rows `[value | adv_0 | ...]` (`rows x output_width`, bias included) of a
+/// forward: the GPU's layout of y, the input [`head_q`] takes.
+pub fn head_rows(cfg: &QNetConfig, f: &Forward) -> Vec<f64> {
+    let na = cfg.atoms;
+    let mut out = Vec::with_capacity(f.batch * output_width(cfg));
+    for i in 0..f.batch {
+        out.extend_from_slice(&f.value[i * na..(i + 1) * na]);
+        for (k, &n) in cfg.branches.iter().enumerate() {
+            out.extend_from_slice(&f.adv[k][i * n * na..(i + 1) * n * na]);
+        }
+    }
+    out
 }
 
 /// The float32 reference of `qnet_head_q` (the acting head, float arithmetic) for

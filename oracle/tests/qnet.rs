@@ -456,23 +456,17 @@ fn head_q_is_the_forward_q_and_its_float_reference_is_within_float_error() {
         let states: Vec<f32> = (0..9 * cfg.state_dim).map(|_| rng.gen_range(-3.0..3.0)).collect();
         let f = qnet::forward(&cfg, &p, &states);
         let (width, offsets) = (qnet::output_width(&cfg), qnet::output_offsets(&cfg));
-        let mut yb = Vec::new();
-        for i in 0..f.batch {
-            yb.extend_from_slice(&f.value[i * atoms..(i + 1) * atoms]);
-            for (k, &n) in cfg.branches.iter().enumerate() {
-                yb.extend_from_slice(&f.adv[k][i * n * atoms..(i + 1) * n * atoms]);
-            }
-        }
+        let yb = qnet::head_rows(&cfg, &f);
         assert_eq!(yb.len(), f.batch * width);
         assert_eq!(offsets.len(), cfg.branches.len() + 2);
+        // The value's atoms open each row, then branch k at offsets[k + 1].
+        assert_eq!(yb[..atoms], f.value[..atoms]);
+        assert_eq!(yb[offsets[2]..offsets[3]], f.adv[1][..offsets[3] - offsets[2]]);
         let q = qnet::head_q(&cfg, &yb);
-        let mut want = Vec::new();
-        for i in 0..f.batch {
-            for (k, &n) in cfg.branches.iter().enumerate() {
-                want.extend_from_slice(&f.q[k][i * n..(i + 1) * n]);
-            }
-        }
-        assert_eq!(q, want, "NA {atoms}");
+        assert_eq!(q, qnet::branch_rows(&cfg, &f.q, f.batch, 1), "NA {atoms}");
+        // Row 1 starts with branch 0's actions of row 1.
+        let a: usize = cfg.branches.iter().sum();
+        assert_eq!(q[a..a + cfg.branches[0]], f.q[0][cfg.branches[0]..2 * cfg.branches[0]]);
         let q32 = qnet::head_q_f32(&cfg, &yb.iter().map(|&v| v as f32).collect::<Vec<f32>>());
         let worst = q32.iter().zip(&q).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
         assert!(worst < 1e-5 * 10.0, "NA {atoms}: float reference off by {worst:e}");
