@@ -105,6 +105,11 @@ impl Blas {
         Ok(())
     }
 
+    /// Are the products in TF32 ([`Blas::set_tf32`])?
+    pub fn tf32(&self) -> bool {
+        *self.lt.tf32.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn check(what: &str, len: usize, l: Layout, rows: usize, cols: usize) -> Result<()> {
         if !l.valid(rows, cols) || l.span(rows, cols) > len {
             return Err(Error::Usage(format!(

@@ -487,7 +487,14 @@ pub fn check_qnet_forward(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>>
 /// The acting forward (`QNet::act`: the online network on N states, `qnet_head_q` at its
 /// end) on `case.batch` random states against the oracle: see [`acting_comparisons`].
 pub fn check_acting(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
-    let st = QNetSetup::new(gpu, case)?;
+    check_acting_with(gpu, case, false)
+}
+
+/// [`check_acting`] with the products in TF32 (`tf32`, the option), held to the TF32 chain's
+/// bound, or in float32.
+pub fn check_acting_with(gpu: &Gpu, case: &QNetCase, tf32: bool) -> Result<Vec<Comparison>> {
+    let mut st = QNetSetup::new(gpu, case)?;
+    st.net.set_tf32(tf32)?;
     let (cfg, n) = (&st.cfg, case.batch);
     let states = &st.batch.states;
     let x: Vec<f32> = states.chunks_exact(cfg.state_dim).flat_map(|r| r.iter().copied().chain([1.0])).collect();
@@ -495,14 +502,16 @@ pub fn check_acting(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
     let mut acting = st.net.acting(n)?;
     st.net.act(&x, &mut acting)?;
     let (y, q) = (st.net.read_acting_outputs(&acting)?, st.net.read_acting(&acting)?);
-    acting_comparisons(cfg, &st.online, states, &y, &q)
+    acting_comparisons(cfg, st.net.tf32(), &st.online, states, &y, &q)
 }
 
 /// An acting forward's outputs against the oracle, stage by stage: the head-output rows
-/// plus bias against the oracle's forward of `states` (the GEMM chain's bound), then Q by
+/// plus bias against the oracle's forward of `states` (the GEMM chain's bound, in TF32 when
+/// `tf32`), then Q by
 /// [`acting_q_comparison`].
 pub(crate) fn acting_comparisons(
     cfg: &tallyho_oracle::qnet::QNetConfig,
+    tf32: bool,
     online: &[f32],
     states: &[f32],
     y: &[f32],
@@ -510,14 +519,17 @@ pub(crate) fn acting_comparisons(
 ) -> Result<Vec<Comparison>> {
     use tallyho_oracle::compare_rel_norm;
     use tallyho_oracle::qnet as spec;
-    use tallyho_oracle::tolerance::gemm_chain;
+    use tallyho_oracle::tolerance::{gemm_chain, gemm_chain_tf32};
     let bias = head_bias(cfg, online)?;
     let (yb, _) = rows_plus_bias(y, bias);
     let want_y = spec::head_rows(cfg, &spec::forward(cfg, online, states));
-    let [_, _, hh, _] = forward_chain(cfg);
+    let [h1, _, hh, _] = forward_chain(cfg);
     let head_in = cfg.value_hidden.max(cfg.adv_hidden);
+    // The first layer is qnet_first_layer's float32 FMA chain either way.
+    let products = [&hh[h1.len()..], &[head_in + 1]].concat();
+    let chain = if tf32 { gemm_chain_tf32(&h1, &products) } else { gemm_chain(&[h1, products].concat()) };
     Ok(vec![
-        compare_rel_norm("acting head outputs", &yb, &want_y, gemm_chain(&[hh, vec![head_in + 1]].concat())),
+        compare_rel_norm("acting head outputs", &yb, &want_y, chain),
         acting_q_comparison(cfg, y, bias, q),
     ])
 }

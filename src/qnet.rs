@@ -425,6 +425,11 @@ impl QNet {
         self.lanes.iter().try_for_each(|l| l.blas.set_tf32(on))
     }
 
+    /// Are the products in TF32 ([`QNet::set_tf32`])?
+    pub fn tf32(&self) -> bool {
+        self.blas.tf32()
+    }
+
     /// Floating-point operations of the GEMMs of one update (2 per multiply-add): the
     /// forward over both networks on 2B rows (from the second layer: `qnet_first_layer` is
     /// not a GEMM), the backward on B rows.

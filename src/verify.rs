@@ -129,6 +129,7 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         progress(&format!("Q-network, {atoms} atoms: acting on 4096 states"));
         let case = parity::QNetCase { atoms, state_dim: 15, batch: 4096, seed: seed.wrapping_add(450) };
         m.add(&format!("qnet_head_q, acting (NA {atoms})"), parity::check_acting(gpu, &case)?);
+        m.add(&format!("acting, tf32 option (NA {atoms})"), parity::check_acting_with(gpu, &case, true)?);
         progress(&format!("Q-network, {atoms} atoms: 10 updates against the oracle"));
         let case = parity::QNetCase { atoms, state_dim: 32, batch: 64, seed: seed.wrapping_add(500) };
         m.add(&format!("qnet update x10 (NA {atoms})"), parity::check_qnet_update(gpu, &case, 10)?);

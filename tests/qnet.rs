@@ -46,6 +46,17 @@ mod gpu {
         }
     }
 
+    /// The TF32 option on the acting forward, at the experience step's N = 256 and 4096:
+    /// within the TF32 chain's bound (and Q on the GPU's own rows as in float32).
+    #[test]
+    fn acting_forward_with_tf32_products_matches_the_oracle_within_its_bound() {
+        let gpu = gpu();
+        for (atoms, batch) in [(51, 256), (51, 4096), (1, 4096)] {
+            let case = QNetCase { atoms, state_dim: 15, batch, seed: 0x7f32 };
+            assert_all(&parity::check_acting_with(&gpu, &case, true).unwrap());
+        }
+    }
+
     #[test]
     fn qnet_loss_matches_the_oracle_at_every_batch_size_and_atom_setting() {
         sweep(parity::check_qnet_loss);

@@ -98,6 +98,21 @@ pub fn gemm_chain(lengths: &[usize]) -> Tolerance {
     )
 }
 
+/// The same chain as [`gemm_chain`] with its products in TF32 (the option `QNet::set_tf32`):
+/// each product's inputs are rounded to TF32's 11 significant bits (by truncation at worst,
+/// 2^-10 relative each), so each product errs by at most 2^-9 |a b| = 2^15 u, and the float32
+/// accumulation on the tensor cores (truncating adds) by 2 u per addition: `(2^15 + 2L) u`
+/// per reduction of length L in TF32 (`tf32`), `L u` for those in float32 (`float32`: the
+/// first layer's kernel), twice their sum as for float32. About 1e-2 for the default
+/// network (observed errors are random-walk sized, ~1e-4); a wrong index or term errs by O(1).
+pub fn gemm_chain_tf32(float32: &[usize], tf32: &[usize]) -> Tolerance {
+    let total = float32.iter().sum::<usize>() + tf32.iter().map(|&l| (1 << 15) + 2 * l).sum::<usize>();
+    Tolerance::rel_norm(
+        2.0 * F32_UNIT_ROUNDOFF * total as f64,
+        "TF32 GEMM chain: 2 x the sum of (2^15 + 2L) u over its TF32 products (inputs rounded to 11 bits), L u in float32",
+    )
+}
+
 /// The loss stage (`qnet_loss`) against the oracle evaluated on the same float32 forward
 /// outputs: both compute in double from identical inputs and round once; only the block
 /// reductions (cross-entropy, target mass) sum in another order, in double, which moves a

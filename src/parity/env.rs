@@ -262,7 +262,7 @@ pub fn check_experience(
         activity.greedy_and_random_differ |= want.actions != spec::action_select(cfg.seed, &BRANCHES, 0.0, &q, &before);
         if q_every > 0 && t % q_every == 0 {
             let y = net.read_acting_outputs(&acting)?;
-            merge_step(&mut out, t, super::acting_comparisons(&qcfg, &online, &want.states, &y, &q)?);
+            merge_step(&mut out, t, super::acting_comparisons(&qcfg, net.tf32(), &online, &want.states, &y, &q)?);
         }
         let fills = env.read_fills()?;
         let o = env.read_outcome()?;
