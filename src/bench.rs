@@ -169,7 +169,9 @@ const ENV_COUNTS: [usize; 2] = [256, 4096];
 /// (state gather, the online Q-forward of the default C51 network, action select at
 /// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
 /// with env transitions/s = N / median; and its parts: `q-forward (acting)` and
-/// `env kernels` (the four environment kernels alone); `experience step (cublas)`, the step
+/// `env kernels` (`state_gather` and `env_step`, the environment's launches in the step;
+/// `env kernels (unfused)`: `state_gather`, `action_select`, `fill_step`, `barriers`);
+/// `experience step (cublas)`, the step
 /// with its products on the cuBLAS engine; and `experience step (tf32)`, the
 /// step with TF32 tensor-core GEMMs in the Q-forward. The `batch` column holds N.
 pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
@@ -199,6 +201,10 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         rows.extend(step);
         rows.extend(timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
         rows.extend(timing.both_modes(gpu, &mut run, "env kernels", 0, n, |r| {
+            r.env.state_gather()?;
+            r.env.env_step(&r.acting.q)
+        })?);
+        rows.extend(timing.both_modes(gpu, &mut run, "env kernels (unfused)", 0, n, |r| {
             r.env.state_gather()?;
             r.env.action_select(&r.acting.q)?;
             r.env.fill_step()?;

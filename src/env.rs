@@ -101,6 +101,7 @@ struct Kernels {
     action_select: CudaFunction,
     fill_step: CudaFunction,
     barriers: CudaFunction,
+    env_step: CudaFunction,
 }
 
 /// N environments over one market split, with the outputs of their last step.
@@ -161,6 +162,7 @@ impl Env {
             action_select: gpu.function("action_select", "action_select")?,
             fill_step: gpu.function("fill_step", "fill_step")?,
             barriers: gpu.function("barriers", "barriers")?,
+            env_step: gpu.function("env_step", "env_step")?,
         };
         let [key0, key1] = key_of_seed(cfg.seed);
         let params = EnvParams {
@@ -434,17 +436,50 @@ impl Env {
         Ok(())
     }
 
+    /// `env_step`: [`Env::action_select`] on `q`, [`Env::fill_step`] and [`Env::barriers`]
+    /// as one launch (each env's three steps in one thread), the same outputs bit for bit.
+    pub fn env_step(&mut self, q: &CudaSlice<f32>) -> Result<()> {
+        let width: u32 = self.branches.n.iter().sum();
+        if q.len() != self.cfg.envs * width as usize {
+            return Err(Error::Usage(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
+        }
+        let m = &self.market;
+        let mut l = self.stream.launch_builder(&self.k.env_step);
+        l.arg(q)
+            .arg(&self.branches)
+            .arg(&self.epsilon)
+            .arg(&m.bid)
+            .arg(&m.ask)
+            .arg(&m.volatility)
+            .arg(&m.high)
+            .arg(&m.low)
+            .arg(&self.params)
+            .arg(&self.ptrs)
+            .arg(&mut self.actions)
+            .arg(&mut self.filled)
+            .arg(&mut self.fill_price)
+            .arg(&mut self.reward)
+            .arg(&mut self.done)
+            .arg(&mut self.reason);
+        // SAFETY: env_step(const float* q [N x A], ActionBranches, const float* epsilon [1],
+        // const float* bid, ask, volatility, high, low [bars], EnvParams, EnvState, int*
+        // actions [N x 3], int* filled [N], float* fill_price [N], float* reward [N], float*
+        // done [N], int* reason [N]): q's length checked above, the rest as for
+        // action_select, fill_step and barriers, whose bodies it runs.
+        unsafe { l.launch(grid_stride(self.cfg.envs)) }?;
+        Ok(())
+    }
+
     /// One experience timestep, eagerly: state gather, the online Q-forward on the states
-    /// (`net.act`), action select, fill, barriers. No allocation, no host copy.
+    /// (`net.act`), then action select, fill and barriers as one launch (`env_step`). No
+    /// allocation, no host copy.
     pub fn step(&mut self, net: &QNet, acting: &mut Acting) -> Result<()> {
         if acting.rows() != self.cfg.envs {
             return Err(Error::Usage(format!("acting buffers of {} rows for {} envs", acting.rows(), self.cfg.envs)));
         }
         self.state_gather()?;
         net.act(&self.x, acting)?;
-        self.action_select(&acting.q)?;
-        self.fill_step()?;
-        self.barriers()
+        self.env_step(&acting.q)
     }
 
     /// [`Env::step`] through the env's graph slot: eager once, then captured, then

@@ -141,6 +141,7 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         m.add("action_select", parity::env::check_action_select(gpu, &case)?);
         m.add("fill_step", parity::env::check_fill_step(gpu, &case)?);
         m.add("barriers", parity::env::check_barriers(gpu, &case)?);
+        m.add("env_step", parity::env::check_env_step(gpu, &case)?);
     }
     progress("experience: 50 steps of 256 envs on the synthetic market, and its graph replay");
     {

@@ -37,7 +37,7 @@ fn random_env_cases_reach_every_fill_and_barrier_branch() {
 mod gpu {
     use super::common::*;
     use proptest::prelude::*;
-    use tallyho::parity::env::{check_action_select, check_barriers, check_fill_step, check_state_gather, EnvCase, EnvSetup};
+    use tallyho::parity::env::{check_action_select, check_barriers, check_env_step, check_fill_step, check_state_gather, EnvCase, EnvSetup};
     use tallyho::Result;
     use tallyho_oracle::Comparison;
 
@@ -79,6 +79,12 @@ mod gpu {
     fn barriers_match_oracle() {
         let gpu = gpu();
         property(|case| check_barriers(&gpu, case));
+    }
+
+    #[test]
+    fn env_step_matches_the_oracle_chain_of_select_fill_and_barriers() {
+        let gpu = gpu();
+        property(|case| check_env_step(&gpu, case));
     }
 
     #[test]

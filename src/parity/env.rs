@@ -213,6 +213,34 @@ pub fn check_barriers(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     Ok(out)
 }
 
+/// `env_step` (action select, fill and barriers in one launch) on random Q-values against
+/// the oracle's three steps in a row: actions, fills, rewards, dones, reasons and the
+/// portfolios, bitwise.
+pub fn check_env_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
+    let mut s = EnvSetup::new(gpu, case)?;
+    let width: usize = BRANCHES.iter().sum();
+    let q: Vec<f32> = (0..case.envs * width).map(|_| s.rng.gen_range(-4i32..4) as f32 * 0.5).collect();
+    let eps = s.rng.gen_range(0.05..0.95);
+    s.env.set_epsilon(eps)?;
+    s.env.poison_outputs()?;
+    s.env.env_step(&gpu.stream.clone_htod(&q)?)?;
+    let mut want = s.state.clone();
+    let actions = spec::action_select(case.seed, &BRANCHES, eps, &q, &want);
+    let fills = spec::fill_step(&s.cfg, &s.market, &mut want, &actions);
+    let o = spec::barriers(&s.cfg, &s.market, s.split, &mut want);
+    let (f, got) = (s.env.read_fills()?, s.env.read_outcome()?);
+    let mut out = vec![
+        compare_exact("actions", &s.env.read_actions()?, &actions),
+        compare_exact("filled", &f.filled, &fills.filled),
+        compare_bitwise("fill_price", &f.price, &fills.price),
+        compare_bitwise("reward", &got.reward, &o.reward),
+        compare_bitwise("done", &got.done, &o.done),
+        compare_exact("reason", &got.reason, &o.reason),
+    ];
+    out.extend(compare_env_states(&s.env.download_state()?, &want));
+    Ok(out)
+}
+
 /// A Q-network for acting on states of `market`: the default network on its state width.
 pub fn acting_config(market: &EnvMarket, seed: u64) -> tallyho_oracle::qnet::QNetConfig {
     tallyho_oracle::qnet::QNetConfig {
