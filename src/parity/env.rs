@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tallyho_oracle::env::{self as spec, EnvConfig, EnvMarket, EnvState, Split};
+use tallyho_oracle::env::{self as spec, EnvConfig, EnvMarket, EnvState, Fills, Outcome, Split};
 use tallyho_oracle::{compare_bitwise, compare_exact, Comparison};
 
 /// The action branches of every environment check (direction, size, order type).
@@ -183,6 +183,20 @@ pub fn check_action_select(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>>
     Ok(out)
 }
 
+/// A step's fills, `got` against `want`: which envs filled exactly, the prices bitwise.
+pub(crate) fn compare_fills(got: &Fills, want: &Fills) -> [Comparison; 2] {
+    [compare_exact("filled", &got.filled, &want.filled), compare_bitwise("fill_price", &got.price, &want.price)]
+}
+
+/// A step's outcome, `got` against `want`: rewards and dones bitwise, done reasons exactly.
+pub(crate) fn compare_outcome(got: &Outcome, want: &Outcome) -> [Comparison; 3] {
+    [
+        compare_bitwise("reward", &got.reward, &want.reward),
+        compare_bitwise("done", &got.done, &want.done),
+        compare_exact("reason", &got.reason, &want.reason),
+    ]
+}
+
 /// `fill_step` on random actions: fills, prices and the portfolios, bitwise.
 pub fn check_fill_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     let mut s = EnvSetup::new(gpu, case)?;
@@ -191,8 +205,7 @@ pub fn check_fill_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     s.env.fill_step()?;
     let mut want = s.state.clone();
     let fills = spec::fill_step(&s.cfg, &s.market, &mut want, &actions);
-    let got = s.env.read_fills()?;
-    let mut out = vec![compare_exact("filled", &got.filled, &fills.filled), compare_bitwise("fill_price", &got.price, &fills.price)];
+    let mut out = compare_fills(&s.env.read_fills()?, &fills).to_vec();
     out.extend(compare_env_states(&s.env.download_state()?, &want));
     Ok(out)
 }
@@ -203,12 +216,7 @@ pub fn check_barriers(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     s.env.barriers()?;
     let mut want = s.state.clone();
     let o = spec::barriers(&s.cfg, &s.market, s.split, &mut want);
-    let got = s.env.read_outcome()?;
-    let mut out = vec![
-        compare_bitwise("reward", &got.reward, &o.reward),
-        compare_bitwise("done", &got.done, &o.done),
-        compare_exact("reason", &got.reason, &o.reason),
-    ];
+    let mut out = compare_outcome(&s.env.read_outcome()?, &o).to_vec();
     out.extend(compare_env_states(&s.env.download_state()?, &want));
     Ok(out)
 }
@@ -228,15 +236,9 @@ pub fn check_env_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     let actions = spec::action_select(case.seed, &BRANCHES, eps, &q, &want);
     let fills = spec::fill_step(&s.cfg, &s.market, &mut want, &actions);
     let o = spec::barriers(&s.cfg, &s.market, s.split, &mut want);
-    let (f, got) = (s.env.read_fills()?, s.env.read_outcome()?);
-    let mut out = vec![
-        compare_exact("actions", &s.env.read_actions()?, &actions),
-        compare_exact("filled", &f.filled, &fills.filled),
-        compare_bitwise("fill_price", &f.price, &fills.price),
-        compare_bitwise("reward", &got.reward, &o.reward),
-        compare_bitwise("done", &got.done, &o.done),
-        compare_exact("reason", &got.reason, &o.reason),
-    ];
+    let mut out = vec![compare_exact("actions", &s.env.read_actions()?, &actions)];
+    out.extend(compare_fills(&s.env.read_fills()?, &fills));
+    out.extend(compare_outcome(&s.env.read_outcome()?, &o));
     out.extend(compare_env_states(&s.env.download_state()?, &want));
     Ok(out)
 }
@@ -292,17 +294,12 @@ pub fn check_experience(
             let y = net.read_acting_outputs(&acting)?;
             merge_step(&mut out, t, super::acting_comparisons(&qcfg, net.tf32(), &online, &want.states, &y, &q)?);
         }
-        let fills = env.read_fills()?;
-        let o = env.read_outcome()?;
         let mut c = vec![
             compare_bitwise("states", &env.read_states()?, &want.states),
             compare_exact("actions", &env.read_actions()?, &want.actions),
-            compare_exact("filled", &fills.filled, &want.fills.filled),
-            compare_bitwise("fill_price", &fills.price, &want.fills.price),
-            compare_bitwise("reward", &o.reward, &want.outcome.reward),
-            compare_bitwise("done", &o.done, &want.outcome.done),
-            compare_exact("reason", &o.reason, &want.outcome.reason),
         ];
+        c.extend(compare_fills(&env.read_fills()?, &want.fills));
+        c.extend(compare_outcome(&env.read_outcome()?, &want.outcome));
         c.extend(compare_env_states(&env.download_state()?, &oracle));
         merge_step(&mut out, t, c);
     }
