@@ -86,7 +86,13 @@ fn entry_points(source: &str) -> Vec<String> {
     let mut rest = source;
     while let Some(at) = rest.find("extern \"C\" __global__") {
         rest = &rest[at..];
-        let open = rest.find('(').expect("entry point without a parameter list");
+        // The name is the token before the parameter list's '(' (skipping a
+        // `__launch_bounds__(...)` between the return type and the name).
+        let mut open = rest.find('(').expect("entry point without a parameter list");
+        while rest[..open].split_whitespace().last() == Some("__launch_bounds__") {
+            let close = open + rest[open..].find(')').expect("__launch_bounds__ without ')'");
+            open = close + rest[close..].find('(').expect("entry point without a parameter list");
+        }
         let name = rest[..open].split_whitespace().last().unwrap().to_string();
         names.push(name);
         rest = &rest[open..];

@@ -44,14 +44,12 @@
 // the softmax is branch-free per slot: a slot past NA computes on padding and is masked.
 // Dynamic shared memory: block_rows (out + K NA) + 32 doubles (the padding: a slot past NA
 // reads at most lpa - 1 <= 31 values past its row's end).
+#include "common/head.cuh"
 #include "common/lanes.cuh"
 #include "common/qnet.cuh"
 
 #define QNET_HEAD_SLOTS 8
 #define QNET_HEAD_STAGE 8
-// Atoms a qnet_head_q lane holds in registers (float: twice qnet_head's, so half the lanes and
-// shuffles per action; 4 lanes of 13 atoms for 51).
-#define QNET_HEAD_Q_SLOTS 16
 
 // exp(x) for x <= 0 in double, without branches (CUDA's exp branches on its range, which
 // splits every slot into its own basic block): x = k ln2 + r with k = round(x / ln2),
@@ -101,33 +99,6 @@ __device__ __forceinline__ void stage_head_rows(const float* __restrict__ yb, co
 #pragma unroll
         for (unsigned int u = 0; u < STAGE; ++u) {
             if (i0 + u * blockDim.x < count) staged[i0 + u * blockDim.x] = (Real)yv[u] + (Real)bv[u];
-        }
-    }
-}
-
-// exp(x) for the acting softmax (x <= 0): ex2.approx.ftz of x log2(e), within ~2 float ulps
-// plus the product's rounding (|x| ulps of x); results below 2^-126 flush to 0, which moves
-// no Q (each is a weight < 1e-38 against a denominator >= 1).
-__device__ __forceinline__ float exp_ftz(float x) {
-    float e;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * 1.44269504088896341f));
-    return e;
-}
-
-// 2. mean: each branch's advantage mean per atom, once per (row, branch, z), in order j, into
-// mean [here][K][NA].
-template <typename Real>
-__device__ __forceinline__ void head_means(const Real* staged, const BranchShape& shape, unsigned int na,
-                                           unsigned int here, unsigned int out_w, Real* mean) {
-    const unsigned int mean_w = shape.count * na;
-    for (unsigned int kz = threadIdx.x; kz < mean_w; kz += blockDim.x) {
-        const unsigned int k = kz / na, z = kz - k * na, n = shape.n[k];
-#pragma unroll 4
-        for (unsigned int r = 0; r < here; ++r) {
-            const Real* a = staged + r * out_w + shape.out[k + 1] + z;
-            Real sum = 0;
-            for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
-            mean[r * mean_w + kz] = sum / (Real)n;
         }
     }
 }
@@ -227,46 +198,6 @@ extern "C" __global__ void qnet_head_q(const float* __restrict__ y, const float*
     head_means(staged, shape, na, here, out_w, mean);
     __syncthreads();
 
-    // 3. softmax: group g of the block is (row r, action act), its atoms in registers.
-    const unsigned int g = threadIdx.x / lpa, lane = threadIdx.x % lpa;
-    const unsigned int r = g / A, act = g - r * A;
-    if (r >= here) return;  // whole groups only: a group's lanes return together
-    const unsigned int warp_lane = threadIdx.x % 32;
-    const unsigned int mask = (lpa == 32 ? LANES_ALL : ((1u << lpa) - 1u)) << (warp_lane - lane);
-    unsigned int k = 0;
-    while (act >= shape.q[k + 1]) ++k;
-    const unsigned int j = act - shape.q[k];
-    const float* s = staged + r * out_w;
-    const float* a = s + shape.out[k + 1] + j * na;
-    const float* m = mean + r * mean_w + k * na;
-    float* out = q + (unsigned long long)(first + r) * A + act;
-    if (na == 1) {  // lpa = 1: the logit is Q
-        *out = (s[0] + a[0]) - m[0];
-        return;
-    }
-    const float neg_inf = __int_as_float(0xff800000);
-    float l[QNET_HEAD_Q_SLOTS];
-    float mx = neg_inf;
-#pragma unroll
-    for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
-        if (i * lpa >= na) break;  // the same for the whole group
-        const unsigned int z = lane + i * lpa;
-        const float li = (s[z] + a[z]) - m[z];  // past NA: padding, masked here
-        l[i] = z < na ? li : neg_inf;
-        mx = fmaxf(mx, l[i]);
-    }
-    mx = group_max(mx, mask, lpa);
-    const float lo = v_min, dz = (v_max - v_min) / (float)(na - 1);
-    float se = 0.0f, sez = 0.0f;
-#pragma unroll
-    for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
-        if (i * lpa >= na) break;
-        const unsigned int z = lane + i * lpa;
-        const float e = exp_ftz(l[i] - mx);  // -inf past NA: 0
-        se += e;
-        sez = fmaf(e, support_atom(lo, dz, z), sez);
-    }
-    se = group_sum(se, mask, lpa);
-    sez = group_sum(sez, mask, lpa);
-    if (lane == 0) *out = sez / se;
+    // 3. softmax: a lane group per (row, action).
+    head_q_rows(staged, mean, shape, na, v_min, v_max, here, lpa, q + (unsigned long long)first * A);
 }

@@ -168,12 +168,13 @@ const ENV_COUNTS: [usize; 2] = [256, 4096];
 /// `tallyho bench env`: one experience timestep of N envs on the embedded synthetic market
 /// (state gather, the online Q-forward of the default C51 network, action select at
 /// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
-/// with env transitions/s = N / median; and its parts: `q-forward (acting)` and
-/// `env kernels` (`state_gather` and `env_step`, the environment's launches in the step;
-/// `env kernels (unfused)`: `state_gather`, `action_select`, `fill_step`, `barriers`);
-/// `experience step (cublas)`, the step
-/// with its products on the cuBLAS engine; and `experience step (tf32)`, the
-/// step with TF32 tensor-core GEMMs in the Q-forward. The `batch` column holds N.
+/// with env transitions/s = N / median; and its parts: `q-forward (acting)` (`qnet_act`,
+/// one launch, Q only), the same at each rows-per-block it fits, `q-forward (layer by
+/// layer)` (the eight launches it replaced), `env kernels` (`state_gather` and `env_step`,
+/// the environment's launches in the step; `env kernels (unfused)`: `state_gather`,
+/// `action_select`, `fill_step`, `barriers`); `experience step (tf32)`, the step with the
+/// layer-by-layer forward's products in TF32; and `experience step (layer by layer)`, the
+/// step with the float32 layer-by-layer forward. The `batch` column holds N.
 pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::env::{load_market, Env};
     use crate::parity::env::{acting_config, BRANCHES};
@@ -193,13 +194,22 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let cfg = EnvConfig { envs: n, ..EnvConfig::default() };
         let mut env = Env::new(gpu, &cfg, &BRANCHES, &em, split)?;
         env.set_epsilon(0.1)?;
-        let mut run = Run { env, acting: net.acting(n)? };
+        let mut run = Run { env, acting: net.acting(n)?.q_only() };
         let mut step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.env.step(&net, &mut r.acting))?;
         for r in step.iter_mut() {
             r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
         }
         rows.extend(step);
         rows.extend(timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
+        // qnet_act at each rows-per-block it fits (the rule's pick is the row above), and the
+        // layer-by-layer forward it replaced.
+        for block_rows in net.act_block_rows_available() {
+            net.set_act_block_rows(Some(block_rows))?;
+            let label = format!("q-forward (qnet_act, {block_rows} rows a block)");
+            rows.extend(timing.both_modes(gpu, &mut run, &label, 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
+        }
+        net.set_act_block_rows(None)?;
+        rows.extend(timing.both_modes(gpu, &mut run, "q-forward (layer by layer)", 0, n, |r| net.act_layers(&r.env.x, &mut r.acting))?);
         rows.extend(timing.both_modes(gpu, &mut run, "env kernels", 0, n, |r| {
             r.env.state_gather()?;
             r.env.env_step(&r.acting.q)
@@ -218,14 +228,14 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
             r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
         }
         rows.extend(tf32);
-        // The cuBLAS engine beside the cuBLASLt default.
-        net.set_gemm_engine(crate::blas::Engine::Cublas);
-        let mut cublas = timing.both_modes(gpu, &mut run, "experience step (cublas)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
-        net.set_gemm_engine(crate::blas::Engine::Lt);
-        for r in cublas.iter_mut() {
+        // The step with the layer-by-layer forward that qnet_act replaced.
+        net.set_act_fused(false);
+        let mut layers = timing.both_modes(gpu, &mut run, "experience step (layer by layer)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        net.set_act_fused(true);
+        for r in layers.iter_mut() {
             r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
         }
-        rows.extend(cublas);
+        rows.extend(layers);
         gpu.synchronize()?;
     }
     Ok(rows)

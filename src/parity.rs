@@ -362,17 +362,22 @@ pub struct QNetSetup {
 
 impl QNetSetup {
     pub fn new(gpu: &Gpu, case: &QNetCase) -> Result<Self> {
+        Self::of(gpu, case.config(), case.batch)
+    }
+
+    /// The setup of any network `cfg` (its seed seeds the batch too) on `batch` transitions.
+    pub fn of(gpu: &Gpu, cfg: tallyho_oracle::qnet::QNetConfig, batch: usize) -> Result<Self> {
         use tallyho_oracle::qnet::{init_params, QNetConfig};
-        let cfg = case.config();
-        let mut rng = ChaCha8Rng::seed_from_u64(case.seed ^ 0x51e7);
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x51e7);
         let online = init_params(&cfg);
         let target = init_params(&QNetConfig { seed: cfg.seed.wrapping_add(1), ..cfg.clone() });
-        let batch = random_transitions(&mut rng, case.batch, cfg.state_dim);
-        let weights: Vec<f32> = (0..case.batch).map(|_| rng.gen_range(0.05f32..=1.0)).collect();
-        let mut net = crate::qnet::QNet::new(gpu, &cfg, case.batch)?;
+        let transitions = random_transitions(&mut rng, batch, cfg.state_dim);
+        let weights: Vec<f32> = (0..batch).map(|_| rng.gen_range(0.05f32..=1.0)).collect();
+        let mut net = crate::qnet::QNet::new(gpu, &cfg, batch)?;
         net.set_params(&online, &target)?;
-        let mut device_batch = crate::replay::DeviceTransitions::alloc(&gpu.stream, case.batch, cfg.state_dim)?;
-        device_batch.upload(&gpu.stream, &batch, cfg.state_dim)?;
+        let mut device_batch = crate::replay::DeviceTransitions::alloc(&gpu.stream, batch, cfg.state_dim)?;
+        device_batch.upload(&gpu.stream, &transitions, cfg.state_dim)?;
+        let batch = transitions;
         let device_weights = gpu.stream.clone_htod(&weights)?;
         Ok(QNetSetup { cfg, online, target, batch, weights, net, device_batch, device_weights })
     }
@@ -487,20 +492,50 @@ pub fn check_qnet_forward(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>>
 /// The acting forward (`QNet::act`: the online network on N states, `qnet_head_q` at its
 /// end) on `case.batch` random states against the oracle: see [`acting_comparisons`].
 pub fn check_acting(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
-    check_acting_with(gpu, case, false)
+    check_acting_with(gpu, case, ActingPath::Act)
 }
 
-/// [`check_acting`] with the products in TF32 (`tf32`, the option), held to the TF32 chain's
-/// bound, or in float32.
-pub fn check_acting_with(gpu: &Gpu, case: &QNetCase, tf32: bool) -> Result<Vec<Comparison>> {
-    let mut st = QNetSetup::new(gpu, case)?;
-    st.net.set_tf32(tf32)?;
-    let (cfg, n) = (&st.cfg, case.batch);
+/// How an acting check runs the forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActingPath {
+    /// What [`crate::qnet::QNet::act`] runs for the row count: `qnet_act` where its blocks
+    /// fill the GPU, else layer by layer.
+    Act,
+    /// `qnet_act`, one launch, with this many rows per block (None: the rule's choice, which
+    /// must be qnet_act). The check fails if the network does not fit a block.
+    Fused(Option<usize>),
+    /// Layer by layer in float32 (acting on networks too wide for one block).
+    Layers,
+    /// Layer by layer with TF32 products (the option), held to the TF32 chain's bound.
+    Tf32,
+}
+
+/// [`check_acting`] on the path `path`.
+pub fn check_acting_with(gpu: &Gpu, case: &QNetCase, path: ActingPath) -> Result<Vec<Comparison>> {
+    check_acting_net(gpu, case.config(), case.batch, path)
+}
+
+/// The acting forward of any network `cfg` on `rows` random states (seeded by the config's
+/// seed) on `path`, against the oracle: the head-output rows plus bias and Q
+/// ([`acting_comparisons`]).
+pub fn check_acting_net(gpu: &Gpu, cfg: tallyho_oracle::qnet::QNetConfig, rows: usize, path: ActingPath) -> Result<Vec<Comparison>> {
+    let mut st = QNetSetup::of(gpu, cfg, rows)?;
+    st.net.set_tf32(path == ActingPath::Tf32)?;
+    if let ActingPath::Fused(block_rows) = path {
+        st.net.set_act_block_rows(block_rows)?;
+        if st.net.act_block_rows(rows).is_none() {
+            return Err(crate::error::Error::Usage("acting check: this network does not fit one qnet_act block".into()));
+        }
+    }
+    let cfg = &st.cfg;
     let states = &st.batch.states;
     let x: Vec<f32> = states.chunks_exact(cfg.state_dim).flat_map(|r| r.iter().copied().chain([1.0])).collect();
     let x = gpu.stream.clone_htod(&x)?;
-    let mut acting = st.net.acting(n)?;
-    st.net.act(&x, &mut acting)?;
+    let mut acting = st.net.acting(rows)?;
+    match path {
+        ActingPath::Act | ActingPath::Fused(_) => st.net.act(&x, &mut acting)?,
+        ActingPath::Layers | ActingPath::Tf32 => st.net.act_layers(&x, &mut acting)?,
+    }
     let (y, q) = (st.net.read_acting_outputs(&acting)?, st.net.read_acting(&acting)?);
     acting_comparisons(cfg, st.net.tf32(), &st.online, states, &y, &q)
 }

@@ -35,6 +35,8 @@ use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, D
 use std::sync::Arc;
 use tallyho_oracle::qnet::{self as spec, QNetConfig};
 
+mod act;
+
 /// Most action branches a network may have (`QNET_MAX_BRANCHES` in cuda/common/qnet.cuh).
 pub const MAX_BRANCHES: usize = 8;
 /// Threads of a `qnet_loss` block per action branch (`QNET_LOSS_LANES`).
@@ -43,6 +45,9 @@ const LOSS_LANES: usize = 64;
 /// its own activations, so acting never touches the update's buffers.
 pub struct Acting {
     rows: usize,
+    /// Keep the head-output rows in `y` (tests, verify); [`Acting::q_only`] leaves them out of
+    /// the one-launch forward, which then writes Q only.
+    outputs: bool,
     a1: CudaSlice<f32>,
     a2: CudaSlice<f32>,
     ah: CudaSlice<f32>,
@@ -54,6 +59,14 @@ pub struct Acting {
 impl Acting {
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// The same activations, acting for Q only: the one-launch forward (`qnet_act`) does not
+    /// store the head-output rows (the experience step reads Q only).
+    /// [`QNet::read_acting_outputs`] then refuses.
+    pub fn q_only(mut self) -> Self {
+        self.outputs = false;
+        self
     }
 }
 
@@ -182,6 +195,36 @@ struct Dims {
     params: usize,
 }
 
+impl Dims {
+    fn of(cfg: &QNetConfig, batch: usize) -> Dims {
+        Dims {
+            b: batch,
+            rows: 2 * batch,
+            s: cfg.state_dim,
+            h1: cfg.h1,
+            h2: cfg.h2,
+            hw: spec::hidden_width(cfg),
+            ow: spec::output_width(cfg),
+            lw: spec::output_width(cfg) - cfg.atoms,
+            qw: cfg.branches.iter().sum(),
+            na: cfg.atoms,
+            kk: cfg.num_branches(),
+            params: spec::param_count(cfg),
+        }
+    }
+}
+
+/// Each head's (hidden column = dense row, fan-in, output column, width): the value head,
+/// then one per branch.
+fn heads_of(cfg: &QNetConfig) -> Vec<(usize, usize, usize, usize)> {
+    let offsets = spec::output_offsets(cfg);
+    let mut heads = vec![(0, cfg.value_hidden, 0, cfg.atoms)];
+    for (k, &n) in cfg.branches.iter().enumerate() {
+        heads.push((cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden, offsets[k + 1], n * cfg.atoms));
+    }
+    heads
+}
+
 struct Kernels {
     relu: CudaFunction,
     first_layer: CudaFunction,
@@ -296,6 +339,10 @@ pub struct QNet {
     gemms_only: bool,
     /// The launch shapes of `qnet_head` and `qnet_head_q`, fixed by the network's dimensions.
     head: HeadSplits,
+    /// The one-launch acting forward (`qnet_act`), where the network fits a block.
+    fused: act::Fused,
+    /// Act with `fused` where it fits ([`QNet::set_act_fused`]).
+    act_fused: bool,
 }
 
 impl QNet {
@@ -316,20 +363,7 @@ impl QNet {
         if sizes.iter().any(|&v| v >= i32::MAX as usize / 4) {
             return Err(Error::Usage(format!("Q-network sizes {sizes:?} exceed cuBLAS's 32-bit dimensions")));
         }
-        let d = Dims {
-            b: batch,
-            rows: 2 * batch,
-            s: cfg.state_dim,
-            h1: cfg.h1,
-            h2: cfg.h2,
-            hw: spec::hidden_width(cfg),
-            ow: spec::output_width(cfg),
-            lw: spec::output_width(cfg) - cfg.atoms,
-            qw: cfg.branches.iter().sum(),
-            na: cfg.atoms,
-            kk: cfg.num_branches(),
-            params: spec::param_count(cfg),
-        };
+        let d = Dims::of(cfg, batch);
         // The heads' limits, refused here rather than at the first forward.
         let head = HeadSplits { head: head_split(d)?, head_q: head_q_split(d)? };
         let s = &gpu.stream;
@@ -351,11 +385,8 @@ impl QNet {
             let stream = gpu.ctx.new_stream()?;
             lanes.push(Lane { blas: Blas::new(&stream)?, stream, done: event()? });
         }
-        let offsets = spec::output_offsets(cfg);
-        let mut heads = vec![(0, cfg.value_hidden, 0, cfg.atoms)];
-        for (k, &n) in cfg.branches.iter().enumerate() {
-            heads.push((cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden, offsets[k + 1], n * cfg.atoms));
-        }
+        let heads = heads_of(cfg);
+        let fused = act::Fused::new(gpu, cfg, d, &heads)?;
         let init = spec::init_params(cfg);
         let mut pair = init.clone();
         pair.extend_from_slice(&init);
@@ -397,6 +428,8 @@ impl QNet {
             graph: GraphSlot::new("qnet_update"),
             gemms_only: false,
             head,
+            fused,
+            act_fused: true,
             d,
         };
         net.set_params(&init, &init)?;
@@ -471,7 +504,8 @@ impl QNet {
         self.check_len("target parameters", target.len(), p)?;
         self.stream.memcpy_htod(online, &mut self.params.slice_mut(..p))?;
         self.stream.memcpy_htod(target, &mut self.params.slice_mut(p..))?;
-        self.scatter_heads(NETS)
+        self.scatter_heads(NETS)?;
+        self.fused.pack(&self.stream, &self.params.slice(..p))
     }
 
     /// `qnet_heads_scatter`: rebuild the dense head matrices of the first `nets` networks
@@ -712,7 +746,9 @@ impl QNet {
         let p = self.d.params;
         let dense = self.heads_w.slice_mut(..(self.d.hw + 1) * self.d.ow);
         let mirror = Mirror { from: self.off.wv2, index: &self.heads_index, to: dense };
-        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))
+        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))?;
+        // The acting forward's packed copy of the new online parameters.
+        self.fused.pack(&self.stream, &self.params.slice(..p))
     }
 
     /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
@@ -757,6 +793,7 @@ impl QNet {
         let (d, s) = (self.d, &self.stream);
         Ok(Acting {
             rows,
+            outputs: true,
             a1: s.alloc_zeros(rows * (d.h1 + 1))?,
             a2: s.clone_htod(&with_ones(rows, d.h2, 0.0))?,
             ah: s.clone_htod(&with_ones(rows, d.hw, 0.0))?,
@@ -767,8 +804,58 @@ impl QNet {
 
     /// The online network on `x` (`[N x (S + 1)]`: the states with a ones column, as
     /// `state_gather` writes them): the same stages as [`QNet::forward`] on N rows of one
-    /// network (oracle `qnet::forward`, `head`), the Q-values left in `a.q`.
+    /// network (oracle `qnet::forward`, `head`), the Q-values left in `a.q`. One launch
+    /// (`qnet_act`) in float32 where the network fits a block; layer by layer
+    /// ([`QNet::act_layers`]) with the TF32 option or a network too wide for it.
     pub fn act(&self, x: &CudaSlice<f32>, a: &mut Acting) -> Result<()> {
+        if self.act_block_rows(a.rows).is_none() {
+            return self.act_layers(x, a);
+        }
+        let (d, r) = (self.d, a.rows);
+        self.check_len("acting input", x.len(), r * (d.s + 1))?;
+        let head = act::ActHead {
+            shape: &self.shape,
+            na: d.na as u32,
+            v_min: self.cfg.v_min,
+            v_max: self.cfg.v_max,
+            lpa: self.head.head_q.lpa as u32,
+        };
+        let io = act::ActIo { x, rows: r, y: if a.outputs { Some(&mut a.y) } else { None }, q: &mut a.q };
+        act::launch(&self.stream, &self.fused, head, io)
+    }
+
+    /// The rows per `qnet_act` block that acting on `rows` states runs with, or None when it
+    /// runs layer by layer ([`QNet::act`]).
+    pub fn act_block_rows(&self, rows: usize) -> Option<usize> {
+        if self.tf32() || !self.act_fused {
+            return None;
+        }
+        self.fused.block_rows(rows)
+    }
+
+    /// Act in one launch where the network fits (`true`, the default) or layer by layer
+    /// (benchmarks compare the two). Applies to launches made after it, not to a graph
+    /// already captured.
+    pub fn set_act_fused(&mut self, on: bool) {
+        self.act_fused = on;
+    }
+
+    /// The rows per `qnet_act` block this network fits (fewest first; empty: too wide for one
+    /// block, acting runs layer by layer).
+    pub fn act_block_rows_available(&self) -> Vec<usize> {
+        self.fused.fitting()
+    }
+
+    /// Benchmarking: force `qnet_act`'s rows per block (4, 8, 16 or 32 where they fit), or
+    /// (None) let the rule pick.
+    pub fn set_act_block_rows(&mut self, rows: Option<usize>) -> Result<()> {
+        self.fused.force_rows(rows)
+    }
+
+    /// The acting forward layer by layer, as the update's forward runs it (its products on
+    /// the configured engine, TF32 when set): `qnet_first_layer`, trunk 2 and the heads'
+    /// hidden layer, the head-output products side by side, `qnet_head_q`.
+    pub fn act_layers(&self, x: &CudaSlice<f32>, a: &mut Acting) -> Result<()> {
         let (d, pl, r) = (self.d, Layout::plain, a.rows);
         self.check_len("acting input", x.len(), r * (d.s + 1))?;
         let off = &self.off;
@@ -815,6 +902,9 @@ impl QNet {
     /// The head-output rows (`N x ow`, before the bias the head adds) of the last
     /// [`QNet::act`].
     pub fn read_acting_outputs(&self, a: &Acting) -> Result<Vec<f32>> {
+        if !a.outputs {
+            return Err(Error::Usage("these activations act for Q only (Acting::q_only): make them with QNet::acting".into()));
+        }
         Ok(self.stream.clone_dtoh(&a.y)?)
     }
 

@@ -122,14 +122,15 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
                 parity::check_qnet_forward(gpu, &case)?.into_iter().partition(|c| c.output.contains(" h"));
             m.add(&format!("qnet_forward (NA {atoms})"), trunk);
             m.add(&format!("qnet_head (NA {atoms})"), head);
-            m.add(&format!("qnet_head_q, acting (NA {atoms})"), parity::check_acting(gpu, &case)?);
+            m.add(&format!("acting (NA {atoms})"), parity::check_acting(gpu, &case)?);
             m.add(&format!("qnet_loss (NA {atoms})"), parity::check_qnet_loss(gpu, &case)?);
             m.add(&format!("qnet_backward (NA {atoms})"), parity::check_qnet_backward(gpu, &case)?);
         }
         progress(&format!("Q-network, {atoms} atoms: acting on 4096 states"));
         let case = parity::QNetCase { atoms, state_dim: 15, batch: 4096, seed: seed.wrapping_add(450) };
-        m.add(&format!("qnet_head_q, acting (NA {atoms})"), parity::check_acting(gpu, &case)?);
-        m.add(&format!("acting, tf32 option (NA {atoms})"), parity::check_acting_with(gpu, &case, true)?);
+        m.add(&format!("qnet_act, acting (NA {atoms})"), parity::check_acting_with(gpu, &case, parity::ActingPath::Fused(None))?);
+        m.add(&format!("acting layer by layer (NA {atoms})"), parity::check_acting_with(gpu, &case, parity::ActingPath::Layers)?);
+        m.add(&format!("acting, tf32 option (NA {atoms})"), parity::check_acting_with(gpu, &case, parity::ActingPath::Tf32)?);
         progress(&format!("Q-network, {atoms} atoms: 10 updates against the oracle"));
         let case = parity::QNetCase { atoms, state_dim: 32, batch: 64, seed: seed.wrapping_add(500) };
         m.add(&format!("qnet update x10 (NA {atoms})"), parity::check_qnet_update(gpu, &case, 10)?);

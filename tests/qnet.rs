@@ -9,8 +9,9 @@ mod common;
 mod gpu {
     use super::common::{assert_all, gpu, runner};
     use proptest::prelude::*;
-    use tallyho::parity::{self, QNetCase, QNetSetup, QNET_BATCHES};
+    use tallyho::parity::{self, ActingPath, QNetCase, QNetSetup, QNET_BATCHES};
     use tallyho::Gpu;
+    use tallyho_oracle::qnet::QNetConfig;
     use tallyho_oracle::{compare_bitwise, compare_exact, Comparison};
 
     const ATOMS: [usize; 2] = [51, 1];
@@ -34,15 +35,18 @@ mod gpu {
         sweep(parity::check_qnet_forward);
     }
 
-    /// The acting forward (the online network on N states, `qnet_head_q` in float) at the
-    /// update's batch sizes and the experience step's N = 4096, both atom settings.
+    /// The acting forward (the online network on N states) as QNet::act runs it at the
+    /// update's batch sizes (layer by layer: too few rows to fill the GPU with qnet_act
+    /// blocks) and at the experience step's N = 4096 (qnet_act, 32 rows a block, asserted),
+    /// both atom settings.
     #[test]
     fn acting_forward_matches_the_oracle_at_every_size_and_atom_setting() {
         sweep(parity::check_acting);
         let gpu = gpu();
         for atoms in ATOMS {
             let case = QNetCase { atoms, state_dim: 15, batch: 4096, seed: 0x4096 };
-            assert_all(&parity::check_acting(&gpu, &case).unwrap());
+            assert_eq!(QNetSetup::new(&gpu, &case).unwrap().net.act_block_rows(4096), Some(32));
+            assert_all(&parity::check_acting_with(&gpu, &case, ActingPath::Fused(None)).unwrap());
         }
     }
 
@@ -53,8 +57,64 @@ mod gpu {
         let gpu = gpu();
         for (atoms, batch) in [(51, 256), (51, 4096), (1, 4096)] {
             let case = QNetCase { atoms, state_dim: 15, batch, seed: 0x7f32 };
-            assert_all(&parity::check_acting_with(&gpu, &case, true).unwrap());
+            assert_all(&parity::check_acting_with(&gpu, &case, ActingPath::Tf32).unwrap());
         }
+    }
+
+    /// The layer-by-layer acting forward in float32 (networks too wide for one qnet_act
+    /// block act this way), at N = 256 and 4096.
+    #[test]
+    fn acting_forward_layer_by_layer_matches_the_oracle() {
+        let gpu = gpu();
+        for (atoms, batch) in [(51, 256), (51, 4096), (1, 4096)] {
+            let case = QNetCase { atoms, state_dim: 15, batch, seed: 0x1a7e };
+            assert_all(&parity::check_acting_with(&gpu, &case, ActingPath::Layers).unwrap());
+        }
+    }
+
+    /// A random network: every width from 1 (so widths that are not multiples of 4, value and
+    /// advantage heads of different widths, fan-ins that are not multiples of the kernel's
+    /// slice), one to four branches, scalar or C51 heads.
+    fn random_network() -> impl Strategy<Value = QNetConfig> {
+        let widths = (1usize..=40, 1usize..=300, 1usize..=300, 1usize..=150, 1usize..=150);
+        let heads = (prop::collection::vec(1usize..=6, 1..=4), prop::sample::select(vec![1usize, 2, 11, 51, 64]), any::<u64>());
+        (widths, heads).prop_map(|((state_dim, h1, h2, value_hidden, adv_hidden), (branches, atoms, seed))| QNetConfig {
+            state_dim,
+            h1,
+            h2,
+            value_hidden,
+            adv_hidden,
+            branches,
+            atoms,
+            seed,
+            ..QNetConfig::default()
+        })
+    }
+
+    /// qnet_act, the one-launch acting forward, on random networks and row counts (a last
+    /// block with fewer rows than the block takes, fewer rows than one block) at every rows-
+    /// per-block the network fits: the head-output rows within the GEMM chain's bound and Q
+    /// by the acting head's rule, as the layer-by-layer path.
+    #[test]
+    fn qnet_act_matches_the_oracle_on_random_networks_at_every_block_size() {
+        let gpu = gpu();
+        let mut r = runner(file!());
+        let mut config = r.config().clone();
+        config.cases = config.cases.min(16);
+        r = proptest::test_runner::TestRunner::new(config);
+        r.run(&(random_network(), 1usize..=300), |(cfg, rows)| {
+            let fits = QNetSetup::of(&gpu, cfg.clone(), 1).map_err(|e| TestCaseError::fail(e.to_string()))?.net.act_block_rows_available();
+            prop_assert!(!fits.is_empty(), "{cfg:?} fits no qnet_act block");
+            for block_rows in fits {
+                let comparisons = parity::check_acting_net(&gpu, cfg.clone(), rows, ActingPath::Fused(Some(block_rows)))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                for c in comparisons {
+                    c.check().map_err(|e| TestCaseError::fail(format!("{block_rows} rows a block, {rows} rows: {e}")))?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

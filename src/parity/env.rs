@@ -322,7 +322,8 @@ pub struct Activity {
 pub fn check_experience_graph(gpu: &Gpu, cfg: &EnvConfig, market: &EnvMarket, split: Split, steps: usize) -> Result<Vec<Comparison>> {
     let qcfg = acting_config(market, cfg.seed ^ 0x0a11);
     let net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
-    let (mut a_eager, mut a_graph) = (net.acting(cfg.envs)?, net.acting(cfg.envs)?);
+    // Q only, as the experience step acts in training and in the benchmark.
+    let (mut a_eager, mut a_graph) = (net.acting(cfg.envs)?.q_only(), net.acting(cfg.envs)?.q_only());
     let mut eager = Env::new(gpu, cfg, &BRANCHES, market, split)?;
     let mut graph = Env::new(gpu, cfg, &BRANCHES, market, split)?;
     eager.set_epsilon(0.2)?;

@@ -1,0 +1,92 @@
+// The float acting head's stages after the head-output rows are staged (y + bias, one row
+// of out_w values per row): the advantage means, then per (row, action) the softmax over
+// atoms and Q. Shared by qnet_head_q (cuda/qnet_head.cu), which stages rows from global
+// memory, and qnet_act (cuda/qnet_act.cu), whose head-output layer stages them itself.
+// head_means is also qnet_head's (in double). Oracle: qnet::head_q, head_q_f32.
+#pragma once
+#include "common/lanes.cuh"
+#include "common/qnet.cuh"
+
+// Atoms a qnet_head_q lane holds in registers (float: twice qnet_head's, so half the lanes and
+// shuffles per action; 4 lanes of 13 atoms for 51).
+#define QNET_HEAD_Q_SLOTS 16
+
+// exp(x) for the acting softmax (x <= 0): ex2.approx.ftz of x log2(e), within ~2 float ulps
+// plus the product's rounding (|x| ulps of x); results below 2^-126 flush to 0, which moves
+// no Q (each is a weight < 1e-38 against a denominator >= 1).
+__device__ __forceinline__ float exp_ftz(float x) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * 1.44269504088896341f));
+    return e;
+}
+
+// mean: each branch's advantage mean per atom, once per (row, branch, z), in order j, into
+// mean [here][K][NA]; the block's threads take the (row, branch, z) triples in turn.
+template <typename Real>
+__device__ __forceinline__ void head_means(const Real* staged, const BranchShape& shape, unsigned int na,
+                                           unsigned int here, unsigned int out_w, Real* mean) {
+    const unsigned int mean_w = shape.count * na;
+    for (unsigned int i = threadIdx.x; i < here * mean_w; i += blockDim.x) {
+        const unsigned int r = i / mean_w, kz = i - r * mean_w;
+        const unsigned int k = kz / na, z = kz - k * na, n = shape.n[k];
+        const Real* a = staged + r * out_w + shape.out[k + 1] + z;
+        Real sum = 0;
+        for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
+        mean[i] = sum / (Real)n;
+    }
+}
+
+// softmax and Q of the staged rows: a group of `lpa` lanes (a power of two <= 32, so a group
+// never straddles a warp) per (row, action), the block's groups taking (row, action) pairs in
+// turn; lane l holds atoms z = l, l + lpa, ... (at most QNET_HEAD_Q_SLOTS) in registers, and
+// the group reduces max, sum e and sum e z by butterflies; Q = sum e z / sum e. `staged` is
+// [here][out_w] with at least 31 readable floats after `mean` [here][K][NA] (a slot past NA
+// reads padding, masked); q [here][A] from the block's first row. blockDim.x is a multiple of 32.
+__device__ __forceinline__ void head_q_rows(const float* staged, const float* mean, const BranchShape& shape,
+                                            unsigned int na, float v_min, float v_max, unsigned int here,
+                                            unsigned int lpa, float* __restrict__ q) {
+    const unsigned int nbranch = shape.count, A = shape.q[nbranch];
+    const unsigned int out_w = shape.out[nbranch + 1], mean_w = nbranch * na;
+    const unsigned int lane = threadIdx.x % lpa, warp_lane = threadIdx.x % 32;
+    const unsigned int mask = (lpa == 32 ? LANES_ALL : ((1u << lpa) - 1u)) << (warp_lane - lane);
+    const float neg_inf = __int_as_float(0xff800000);
+    const float lo = v_min, dz = na > 1 ? (v_max - v_min) / (float)(na - 1) : 0.0f;
+    for (unsigned int g = threadIdx.x / lpa;; g += blockDim.x / lpa) {
+        const unsigned int r = g / A, act = g - r * A;
+        if (r >= here) return;  // the same for a group's lanes, which leave together
+        unsigned int k = 0;
+        while (act >= shape.q[k + 1]) ++k;
+        const unsigned int j = act - shape.q[k];
+        const float* s = staged + r * out_w;
+        const float* a = s + shape.out[k + 1] + j * na;
+        const float* m = mean + r * mean_w + k * na;
+        float* out = q + r * A + act;
+        if (na == 1) {  // lpa = 1: the logit is Q
+            *out = (s[0] + a[0]) - m[0];
+            continue;
+        }
+        float l[QNET_HEAD_Q_SLOTS];
+        float mx = neg_inf;
+#pragma unroll
+        for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
+            if (i * lpa >= na) break;  // the same for the whole group
+            const unsigned int z = lane + i * lpa;
+            const float li = (s[z] + a[z]) - m[z];  // past NA: padding, masked here
+            l[i] = z < na ? li : neg_inf;
+            mx = fmaxf(mx, l[i]);
+        }
+        mx = group_max(mx, mask, lpa);
+        float se = 0.0f, sez = 0.0f;
+#pragma unroll
+        for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
+            if (i * lpa >= na) break;
+            const unsigned int z = lane + i * lpa;
+            const float e = exp_ftz(l[i] - mx);  // -inf past NA: 0
+            se += e;
+            sez = fmaf(e, support_atom(lo, dz, z), sez);
+        }
+        se = group_sum(se, mask, lpa);
+        sez = group_sum(sez, mask, lpa);
+        if (lane == 0) *out = sez / se;
+    }
+}
