@@ -168,13 +168,14 @@ const ENV_COUNTS: [usize; 2] = [256, 4096];
 /// `tallyho bench env`: one experience timestep of N envs on the embedded synthetic market
 /// (state gather, the online Q-forward of the default C51 network, action select at
 /// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
-/// with env transitions/s = N / median; and its parts: `q-forward (acting)` (`qnet_act`,
-/// one launch, Q only), the same at each rows-per-block it fits, `q-forward (layer by
-/// layer)` (the eight launches it replaced), `env kernels` (`state_gather` and `env_step`,
-/// the environment's launches in the step; `env kernels (unfused)`: `state_gather`,
-/// `action_select`, `fill_step`, `barriers`); `experience step (tf32)`, the step with the
-/// layer-by-layer forward's products in TF32; and `experience step (layer by layer)`, the
-/// step with the float32 layer-by-layer forward. The `batch` column holds N.
+/// with env transitions/s = N / median; and its parts: `q-forward (acting)` (layer by
+/// layer, Q only), `q-forward (qnet_act, R rows a block)` (the one-launch option at each
+/// rows-per-block it fits), `env kernels` (`state_gather` and `env_step`, the environment's
+/// launches in the step; `env kernels (unfused)`: `state_gather`, `action_select`,
+/// `fill_step`, `barriers`); `experience step (tf32)`, the step with the Q-forward's
+/// products in TF32; and `experience step (qnet_act)`, the step with the qnet_act option
+/// (which its rule runs at N = 4096, and leaves layer by layer at N = 256). The `batch`
+/// column holds N.
 pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::env::{load_market, Env};
     use crate::parity::env::{acting_config, BRANCHES};
@@ -201,15 +202,15 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         }
         rows.extend(step);
         rows.extend(timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
-        // qnet_act at each rows-per-block it fits (the rule's pick is the row above), and the
-        // layer-by-layer forward it replaced.
+        // The qnet_act option at each rows-per-block it fits.
+        net.set_act_fused(true)?;
         for block_rows in net.act_block_rows_available() {
             net.set_act_block_rows(Some(block_rows))?;
             let label = format!("q-forward (qnet_act, {block_rows} rows a block)");
             rows.extend(timing.both_modes(gpu, &mut run, &label, 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
         }
         net.set_act_block_rows(None)?;
-        rows.extend(timing.both_modes(gpu, &mut run, "q-forward (layer by layer)", 0, n, |r| net.act_layers(&r.env.x, &mut r.acting))?);
+        net.set_act_fused(false)?;
         rows.extend(timing.both_modes(gpu, &mut run, "env kernels", 0, n, |r| {
             r.env.state_gather()?;
             r.env.env_step(&r.acting.q)
@@ -228,10 +229,10 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
             r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
         }
         rows.extend(tf32);
-        // The step with the layer-by-layer forward that qnet_act replaced.
-        net.set_act_fused(false);
-        let mut layers = timing.both_modes(gpu, &mut run, "experience step (layer by layer)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
-        net.set_act_fused(true);
+        // The step with the qnet_act option (where its rule picks it: N = 4096).
+        net.set_act_fused(true)?;
+        let mut layers = timing.both_modes(gpu, &mut run, "experience step (qnet_act)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        net.set_act_fused(false)?;
         for r in layers.iter_mut() {
             r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
         }

@@ -498,8 +498,7 @@ pub fn check_acting(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
 /// How an acting check runs the forward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActingPath {
-    /// What [`crate::qnet::QNet::act`] runs for the row count: `qnet_act` where its blocks
-    /// fill the GPU, else layer by layer.
+    /// What [`crate::qnet::QNet::act`] runs by default: layer by layer.
     Act,
     /// `qnet_act`, one launch, with this many rows per block (None: the rule's choice, which
     /// must be qnet_act). The check fails if the network does not fit a block.
@@ -522,6 +521,7 @@ pub fn check_acting_net(gpu: &Gpu, cfg: tallyho_oracle::qnet::QNetConfig, rows: 
     let mut st = QNetSetup::of(gpu, cfg, rows)?;
     st.net.set_tf32(path == ActingPath::Tf32)?;
     if let ActingPath::Fused(block_rows) = path {
+        st.net.set_act_fused(true)?;
         st.net.set_act_block_rows(block_rows)?;
         if st.net.act_block_rows(rows).is_none() {
             return Err(crate::error::Error::Usage("acting check: this network does not fit one qnet_act block".into()));

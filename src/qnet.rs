@@ -429,7 +429,7 @@ impl QNet {
             gemms_only: false,
             head,
             fused,
-            act_fused: true,
+            act_fused: false,
             d,
         };
         net.set_params(&init, &init)?;
@@ -505,7 +505,7 @@ impl QNet {
         self.stream.memcpy_htod(online, &mut self.params.slice_mut(..p))?;
         self.stream.memcpy_htod(target, &mut self.params.slice_mut(p..))?;
         self.scatter_heads(NETS)?;
-        self.fused.pack(&self.stream, &self.params.slice(..p))
+        self.pack_acting()
     }
 
     /// `qnet_heads_scatter`: rebuild the dense head matrices of the first `nets` networks
@@ -747,8 +747,8 @@ impl QNet {
         let dense = self.heads_w.slice_mut(..(self.d.hw + 1) * self.d.ow);
         let mirror = Mirror { from: self.off.wv2, index: &self.heads_index, to: dense };
         self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))?;
-        // The acting forward's packed copy of the new online parameters.
-        self.fused.pack(&self.stream, &self.params.slice(..p))
+        // The one-launch acting forward's packed copy of the new online parameters (if on).
+        self.pack_acting()
     }
 
     /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
@@ -804,9 +804,9 @@ impl QNet {
 
     /// The online network on `x` (`[N x (S + 1)]`: the states with a ones column, as
     /// `state_gather` writes them): the same stages as [`QNet::forward`] on N rows of one
-    /// network (oracle `qnet::forward`, `head`), the Q-values left in `a.q`. One launch
-    /// (`qnet_act`) in float32 where the network fits a block; layer by layer
-    /// ([`QNet::act_layers`]) with the TF32 option or a network too wide for it.
+    /// network (oracle `qnet::forward`, `head`), the Q-values left in `a.q`. Layer by layer
+    /// ([`QNet::act_layers`]), or in one launch (`qnet_act`, float32) with
+    /// [`QNet::set_act_fused`] where its blocks fill the GPU and the network fits one.
     pub fn act(&self, x: &CudaSlice<f32>, a: &mut Acting) -> Result<()> {
         if self.act_block_rows(a.rows).is_none() {
             return self.act_layers(x, a);
@@ -833,11 +833,24 @@ impl QNet {
         self.fused.block_rows(rows)
     }
 
-    /// Act in one launch where the network fits (`true`, the default) or layer by layer
-    /// (benchmarks compare the two). Applies to launches made after it, not to a graph
-    /// already captured.
-    pub fn set_act_fused(&mut self, on: bool) {
+    /// The one-launch acting forward, `qnet_act` (an option, off by default): with `true`,
+    /// [`QNet::act`] runs it where its 32-row blocks fill the GPU, and every change of the
+    /// online parameters (set_params, each optimizer step) also rebuilds its packed weights
+    /// (`qnet_act_pack`, +2.7 us an update at B = 256 on the H200). Packs now; like
+    /// [`QNet::set_tf32`], applies to launches made after it, not to a graph already captured
+    /// (capture the update after enabling it, or its replays leave the pack stale).
+    pub fn set_act_fused(&mut self, on: bool) -> Result<()> {
         self.act_fused = on;
+        self.pack_acting()
+    }
+
+    /// `qnet_act_pack` of the online parameters, if acting in one launch is on.
+    fn pack_acting(&mut self) -> Result<()> {
+        if !self.act_fused {
+            return Ok(());
+        }
+        let p = self.d.params;
+        self.fused.pack(&self.stream, &self.params.slice(..p))
     }
 
     /// The rows per `qnet_act` block this network fits (fewest first; empty: too wide for one

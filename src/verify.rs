@@ -151,7 +151,8 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         let (em, split) = (EnvMarket::of(&market), Split::train(&market));
         let cfg = EnvConfig { envs: 256, seed, ..EnvConfig::default() };
         m.add("experience x50", parity::env::check_experience(gpu, &cfg, &em, split, 0.2, 50, 10)?.0);
-        m.add("experience graph vs eager x10", parity::env::check_experience_graph(gpu, &cfg, &em, split, 10)?);
+        m.add("experience graph vs eager x10", parity::env::check_experience_graph(gpu, &cfg, &em, split, 10, None)?);
+        m.add("experience graph vs eager x10, qnet_act", parity::env::check_experience_graph(gpu, &cfg, &em, split, 10, Some(32))?);
     }
     progress("reward pipeline");
     {

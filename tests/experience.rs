@@ -36,7 +36,10 @@ mod gpu {
         let gpu = gpu();
         let m = es_market();
         let cfg = EnvConfig { envs: 783, max_steps: 7, ..EnvConfig::default() };
-        assert_all(&check_experience_graph(&gpu, &cfg, &EnvMarket::of(&m), Split::train(&m), 20).unwrap());
+        // The Q-forward layer by layer (the default), then by the qnet_act option.
+        for block_rows in [None, Some(32)] {
+            assert_all(&check_experience_graph(&gpu, &cfg, &EnvMarket::of(&m), Split::train(&m), 20, block_rows).unwrap());
+        }
     }
 
     #[test]

@@ -35,17 +35,19 @@ mod gpu {
         sweep(parity::check_qnet_forward);
     }
 
-    /// The acting forward (the online network on N states) as QNet::act runs it at the
-    /// update's batch sizes (layer by layer: too few rows to fill the GPU with qnet_act
-    /// blocks) and at the experience step's N = 4096 (qnet_act, 32 rows a block, asserted),
-    /// both atom settings.
+    /// The acting forward (the online network on N states) as QNet::act runs it by default
+    /// (layer by layer) at the update's batch sizes, and with the qnet_act option at the
+    /// experience step's N = 4096 (32 rows a block, asserted), both atom settings.
     #[test]
     fn acting_forward_matches_the_oracle_at_every_size_and_atom_setting() {
         sweep(parity::check_acting);
         let gpu = gpu();
         for atoms in ATOMS {
             let case = QNetCase { atoms, state_dim: 15, batch: 4096, seed: 0x4096 };
-            assert_eq!(QNetSetup::new(&gpu, &case).unwrap().net.act_block_rows(4096), Some(32));
+            let mut st = QNetSetup::new(&gpu, &case).unwrap();
+            assert_eq!(st.net.act_block_rows(4096), None, "qnet_act is an option, off by default");
+            st.net.set_act_fused(true).unwrap();
+            assert_eq!(st.net.act_block_rows(4096), Some(32));
             assert_all(&parity::check_acting_with(&gpu, &case, ActingPath::Fused(None)).unwrap());
         }
     }

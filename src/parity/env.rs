@@ -318,10 +318,22 @@ pub struct Activity {
 }
 
 /// The experience step replayed from its graph against the same step launched eagerly on
-/// a twin Env, `steps` times: every output and portfolio bitwise equal at every step.
-pub fn check_experience_graph(gpu: &Gpu, cfg: &EnvConfig, market: &EnvMarket, split: Split, steps: usize) -> Result<Vec<Comparison>> {
+/// a twin Env, `steps` times: every output and portfolio bitwise equal at every step. Its
+/// Q-forward layer by layer (`block_rows` None) or by qnet_act with that many rows a block.
+pub fn check_experience_graph(
+    gpu: &Gpu,
+    cfg: &EnvConfig,
+    market: &EnvMarket,
+    split: Split,
+    steps: usize,
+    block_rows: Option<usize>,
+) -> Result<Vec<Comparison>> {
     let qcfg = acting_config(market, cfg.seed ^ 0x0a11);
-    let net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
+    let mut net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
+    if block_rows.is_some() {
+        net.set_act_fused(true)?;
+        net.set_act_block_rows(block_rows)?;
+    }
     // Q only, as the experience step acts in training and in the benchmark.
     let (mut a_eager, mut a_graph) = (net.acting(cfg.envs)?.q_only(), net.acting(cfg.envs)?.q_only());
     let mut eager = Env::new(gpu, cfg, &BRANCHES, market, split)?;
