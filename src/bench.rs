@@ -165,6 +165,14 @@ pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
 /// Env counts of the experience benchmark (full run; a quick run takes the first).
 const ENV_COUNTS: [usize; 2] = [256, 4096];
 
+/// Experience-step rows with env transitions/s = N / median.
+fn with_transitions_per_s(mut rows: [BenchRow; 2], n: usize) -> [BenchRow; 2] {
+    for r in rows.iter_mut() {
+        r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
+    }
+    rows
+}
+
 /// `tallyho bench env`: one experience timestep of N envs on the embedded synthetic market
 /// (state gather, the online Q-forward of the default C51 network, action select at
 /// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
@@ -196,11 +204,8 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let mut env = Env::new(gpu, &cfg, &BRANCHES, &em, split)?;
         env.set_epsilon(0.1)?;
         let mut run = Run { env, acting: net.acting(n)?.q_only() };
-        let mut step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.env.step(&net, &mut r.acting))?;
-        for r in step.iter_mut() {
-            r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
-        }
-        rows.extend(step);
+        let step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        rows.extend(with_transitions_per_s(step, n));
         rows.extend(timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
         // The qnet_act option at each rows-per-block it fits.
         net.set_act_fused(true)?;
@@ -223,20 +228,14 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         })?);
         // The TF32 option for the Q-forward, beside the fp32 default.
         net.set_tf32(true)?;
-        let mut tf32 = timing.both_modes(gpu, &mut run, "experience step (tf32)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        let tf32 = timing.both_modes(gpu, &mut run, "experience step (tf32)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
         net.set_tf32(false)?;
-        for r in tf32.iter_mut() {
-            r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
-        }
-        rows.extend(tf32);
+        rows.extend(with_transitions_per_s(tf32, n));
         // The step with the qnet_act option (where its rule picks it: N = 4096).
         net.set_act_fused(true)?;
-        let mut layers = timing.both_modes(gpu, &mut run, "experience step (qnet_act)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        let fused = timing.both_modes(gpu, &mut run, "experience step (qnet_act)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
         net.set_act_fused(false)?;
-        for r in layers.iter_mut() {
-            r.transitions_per_s = Some(n as f64 / (r.median_us * 1e-6));
-        }
-        rows.extend(layers);
+        rows.extend(with_transitions_per_s(fused, n));
         gpu.synchronize()?;
     }
     Ok(rows)
