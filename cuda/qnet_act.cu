@@ -7,73 +7,83 @@
 // qnet_first_layer, the cuBLAS products, qnet_head_q).
 //
 // Why one launch: at acting sizes every product is a few thousand rows by a few hundred
-// columns, where cuBLAS's float32 kernels fill the GPU in one partial wave (30-36 TFLOP/s of
-// the H200's 67), and each of the chain's 8 launches and each activation's round trip
-// through memory costs its own latency. Here each block streams the weights (L2-resident)
-// through shared memory once for its R rows.
+// columns, where cuBLAS's float32 kernels fill the GPU in one partial wave, and each of the
+// chain's 8 launches and each activation's round trip through memory costs its own latency.
+// Here each block streams the weights (L2-resident) through shared memory once for its R
+// rows, straight from the flat parameters: nothing is packed, so an optimizer step or
+// set_params needs nothing more before the next forward.
 //
-// The weights come packed (qnet_act_pack, after every change of the online parameters): for
-// each layer, pass and slice, the [ACT_KT][ACT_COLS] tile the block stages, zeros where a
-// segment's fan-in or width ends, then each layer's biases per pass. So staging a slice is
-// 16-byte copies of one contiguous tile, whatever the network's shapes. In a tile row, the
-// first 4 of column thread ct's 8 columns are at 4 ct and the last 4 at ACT_COLS / 2 + 4 ct,
-// so a warp's 8 column threads read 128 contiguous bytes (no bank conflict).
+// Products: 3xTF32 on the tensor cores (mma.sync m16n8k8). The tensor core reads a float's
+// top 19 bits (TF32, truncated), so each float x is hi = x as it is (read as trunc(x),
+// within 2^-10 |x|) plus lo = x - trunc(x) (exact in float; read truncated in turn, within
+// 2^-20 |x|), and a b is taken as lo_a hi_b + hi_a lo_b + hi_a hi_b (small terms first, into
+// the running float accumulator). The two truncated lo terms err by 2^-20 |a b| each and the
+// dropped lo_a lo_b is below 2^-20 |a b|, so the products are float32-class (the bound:
+// tolerance::gemm_chain_3xtf32), where plain TF32 errs by 2^-9 |a b|. Two instructions a
+// split, no rounding step.
 //
 // A layer is a list of segments: segment h multiplies input rows [x_off, x_off + fan_in)
-// into output columns [col0, col0 + width) (trunk layers: one segment; the heads' output
-// layer: the value head, then each branch, each on its own hidden slice). Each segment's
-// columns are padded to a multiple of ACT_TILE_COLS (pcol0, pwidth), so a thread's columns
-// never straddle two heads.
+// into output columns [col0, col0 + width), its weights at params[w + k ld + j] (trunk
+// layers: one segment whose last weight row is the bias, against a ones row of the input;
+// the heads' output layer: the value head, then each branch, each on its own hidden slice,
+// the biases at params[bias + j] added after the sum). Each segment's columns are padded to
+// ACT_WARP_COLS (pcol0; pwidth in all), so a warp's columns are one segment's: all its
+// tiles read the same input rows.
 //
 // Work split of a layer: passes of ACT_COLS padded columns, each in slices of ACT_KT input
-// rows, ACT_STAGES slices in flight (cp.async). ACT_GROUPS groups of ACT_GROUP threads split
-// a slice's rows (group g takes rows k = g mod ACT_GROUPS); in a group, warp w's lane l holds
-// rows TR (l / 8) .. + TR and columns 8 (8 w + l % 8) .. + 8 of the pass in registers
-// (8 TR sums), its inputs from the k-major activation (x[k][r]). At the end of a pass group 0
-// adds the others' sums and writes the outputs.
+// rows, ACT_STAGES slices in flight (cp.async, zero-filled past a segment's fan-in or
+// width). ACT_GROUPS groups of 8 warps split a slice's inputs (group i takes its inputs 8 i
+// .. 8 i + 8), so each multiprocessor has 16 warps to hide the tensor cores' latency; in a
+// group, warp w owns columns [32 w, 32 w + 32) of the pass and all R rows: MT = R / 16 row
+// tiles by 4 column tiles of mma.m16n8k8, 16 MT accumulators a lane. At the end of a pass
+// group 0 adds group 1's sums and writes the outputs. Thread i copies the 4 columns at
+// 4 (i % 64) of staged rows i / 64 + 8 j: one segment's for the whole pass.
 //
-// Numerics. Each output is a (K + 1)-term float sum: (bias + the group-0 rows in order k) +
-// the group-1 rows in order + the group-2 rows in order (float FMAs), relu on the hidden
-// layers; a head-output value y is the sum without the bias, and the head reads y + bias
-// rounded once, as qnet_head_q stages it. So it is held to the GEMM chain's bound like the
-// cuBLAS path (which sums in its own order), and every rows-per-block gives the same bits.
+// Layouts (floats), chosen so each fragment load of a warp hits 32 distinct banks: a staged
+// slice is [ACT_KT][ACT_STAGE_LD] (lane (g, t) reads row t, column g: banks 8 t + g); the
+// activations are k-major, x[k][r] at k LD + r with LD = R + 8 (lane (g, t) reads row g of
+// input t: banks 8 t + g).
 //
-// Shared memory (floats; the host sizes it from the network, ActNet): P [p_floats], Q
-// [q_floats], the weight stages [ACT_STAGES][ACT_KT][ACT_COLS] (at the end of a pass, the
-// groups' sums). P holds the input rows (k-major), then trunk 2's output, then the staged
-// head rows [R][out_w] and 32 floats of padding; Q holds the first layer's output, then the
-// heads' hidden layer, then the head's means [R][K][NA] and padding. Both are zeroed first:
-// a slice reads up to ACT_KT - 1 rows past a segment's fan-in, which must be finite (their
-// weights are 0).
+// Numerics. Each output is (group 0's mma accumulations over its inputs, in order) + (group
+// 1's), the same for every rows-per-block (a row's result does not depend on the other rows
+// of its tile), relu on the hidden layers; a head-output value y is the sum without the
+// bias, and the head reads y + bias rounded once, as qnet_head_q stages it.
+//
+// Shared memory (the host sizes it from the network, ActNet): P [p_floats], Q [q_floats],
+// the stages [ACT_STAGES][ACT_KT][ACT_STAGE_LD]. P holds the input rows (k-major, then a
+// ones row at S), then trunk 2's output (and its ones row), then the staged head rows
+// [R][out_w] and 32 floats of padding; Q holds the first layer's output (and its ones row),
+// then the heads' hidden layer, then the head's means [R][K][NA] and padding. Both are
+// zeroed first: a slice reads up to ACT_KT - 1 rows past a segment's fan-in, which must be
+// finite (their weights are 0).
 //
 // Grid (ceil(rows / R)), ACT_THREADS threads. y (rows x out_w, the head outputs without
 // bias) is written if not null; q (rows x A) always.
-//
-// qnet_act_pack: pack[i] = index[i] == ACT_NONE ? 0 : params[index[i]] (the host builds the
-// index from the layout: src/qnet/act.rs). Grid-stride, any grid.
 #include "common/head.cuh"
 #include "common/qnet.cuh"
 
-#define ACT_GROUPS 3
-#define ACT_GROUP 128
+#define ACT_WARPS 8
+#define ACT_GROUPS 2
+#define ACT_GROUP (ACT_WARPS * 32)
 #define ACT_THREADS (ACT_GROUPS * ACT_GROUP)
-#define ACT_COLS 256
-#define ACT_ROW_THREADS 4
-#define ACT_TILE_COLS 8
-#define ACT_KT 24
-#define ACT_STAGES 3
+#define ACT_WARP_COLS 32
+#define ACT_COLS (ACT_WARPS * ACT_WARP_COLS)
+#define ACT_KT 16
+#define ACT_STAGES 4
+#define ACT_STAGE_LD (ACT_COLS + 8)
 #define ACT_SEGMENTS (QNET_MAX_BRANCHES + 1)
 #define ACT_LAYERS 4
-#define ACT_NONE 0xffffffffu
+#define ACT_NO_ONES 0xffffffffu
 
 struct ActSegment {
     unsigned int x_off, fan_in, col0, width, pcol0;
+    unsigned int w, ld, bias, vec4;
 };
 
-// A layer's passes, its slices per pass, its first tile and its first bias in the pack.
+// A layer's segments, its padded width, its slices per pass, and the row of its output set
+// to ones for the next layer's bias (ACT_NO_ONES: none).
 struct ActLayer {
-    unsigned int count, pwidth, slices;
-    unsigned long long tile0, bias0;
+    unsigned int count, pwidth, slices, ones;
     ActSegment seg[ACT_SEGMENTS];
 };
 
@@ -92,9 +102,16 @@ __device__ __forceinline__ ActSegment act_segment(const ActLayer& L, unsigned in
     return s;
 }
 
-__device__ __forceinline__ void act_cp_async16(float* dst, const float* src) {
+// 16 bytes (or `bytes` of them, the rest zero) from global to shared memory.
+__device__ __forceinline__ void act_cp_async16(float* dst, const float* src, unsigned int bytes) {
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
+}
+
+// 4 bytes (or none: zero).
+__device__ __forceinline__ void act_cp_async4(float* dst, const float* src, unsigned int bytes) {
+    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
 
 __device__ __forceinline__ void act_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -104,164 +121,194 @@ __device__ __forceinline__ void act_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// One packed tile [ACT_KT][ACT_COLS] into `stage`, 16 bytes a copy.
-__device__ __forceinline__ void act_load_tile(float* stage, const float* tile) {
-    constexpr unsigned int chunks = ACT_KT * ACT_COLS / 4;
-    static_assert(chunks % ACT_THREADS == 0, "a tile is whole 16-byte copies for every thread");
-#pragma unroll
-    for (unsigned int j = 0; j < chunks / ACT_THREADS; ++j) {
-        const unsigned int c = threadIdx.x + j * ACT_THREADS;
-        act_cp_async16(stage + 4 * c, tile + 4 * c);
+// What a thread copies of a pass: 4 columns of one segment, `n` of them inside it (0 to 4),
+// from `src` (row k at src + k ld), rows below fan_in.
+struct ActCopy {
+    const float* src;
+    unsigned int ld, fan_in, n, vec4;
+};
+
+__device__ __forceinline__ ActCopy act_copy_of(const float* __restrict__ params, const ActLayer& L, unsigned int p0) {
+    constexpr unsigned int chunks = ACT_COLS / 4;
+    const unsigned int p = p0 + 4 * (threadIdx.x % chunks);
+    const ActSegment s = act_segment(L, p);
+    ActCopy c{params, 1, 0, 0, 1};
+    if (p < L.pwidth && p - s.pcol0 < s.width) {
+        const unsigned int local = p - s.pcol0;
+        c = ActCopy{params + s.w + local, s.ld, s.fan_in, min(4u, s.width - local), s.vec4};
     }
+    return c;
 }
 
-// TR consecutive floats of shared memory (16-byte aligned for TR >= 4).
-template <int TR>
-__device__ __forceinline__ void act_load_rows(const float* p, float (&a)[TR]) {
-    if constexpr (TR % 4 == 0) {
+// Slice rows [k0, k0 + ACT_KT) of the pass into `stage`: zeros past fan_in and past the
+// segment's width (zero-byte copies read nothing; their source is the segment's start).
+__device__ __forceinline__ void act_stage(float* stage, const ActCopy& c, unsigned int k0) {
+    constexpr unsigned int chunks = ACT_COLS / 4, rows_per = ACT_THREADS / chunks;
+    static_assert(ACT_KT % rows_per == 0, "a slice is whole rows of copies for every thread");
+    const unsigned int cc = threadIdx.x % chunks, kk0 = threadIdx.x / chunks;
 #pragma unroll
-        for (int i = 0; i < TR; i += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(p + i);
-            a[i] = v.x, a[i + 1] = v.y, a[i + 2] = v.z, a[i + 3] = v.w;
+    for (unsigned int j = 0; j < ACT_KT / rows_per; ++j) {
+        const unsigned int kk = kk0 + j * rows_per, k = k0 + kk;
+        float* dst = stage + kk * ACT_STAGE_LD + 4 * cc;
+        const unsigned int n = k < c.fan_in ? c.n : 0;
+        const float* row = n > 0 ? c.src + (unsigned long long)k * c.ld : c.src;
+        if (c.vec4) {
+            act_cp_async16(dst, row, 4 * n);
+        } else {
+#pragma unroll
+            for (unsigned int e = 0; e < 4; ++e) act_cp_async4(dst + e, e < n ? row + e : row, e < n ? 4 : 0);
         }
-    } else if constexpr (TR == 2) {
-        const float2 v = *reinterpret_cast<const float2*>(p);
-        a[0] = v.x, a[1] = v.y;
-    } else {
-        a[0] = p[0];
     }
 }
 
-// The same TR floats back (the k-major epilogue of a hidden layer).
-template <int TR>
-__device__ __forceinline__ void act_store_rows(float* p, const float (&v)[TR]) {
-    if constexpr (TR % 4 == 0) {
+// x = hi + lo: hi = x's own bits, which the tensor core reads truncated to TF32, and lo =
+// x - that truncation, exactly (read truncated in turn).
+__device__ __forceinline__ void act_split(float x, unsigned int& hi, unsigned int& lo) {
+    hi = __float_as_uint(x);
+    lo = __float_as_uint(x - __uint_as_float(hi & 0xffffe000u));
+}
+
+// d += a b on one m16n8k8 TF32 tile.
+__device__ __forceinline__ void act_mma(float (&d)[4], const unsigned int (&a)[4], const unsigned int (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// A group's 8 inputs of a staged slice into a warp's accumulators: xs at those inputs'
+// first row (k-major, LD floats a row), ws at the warp's first column of their first
+// staged row. Lane (g, t) = (lane / 4, lane % 4) loads A rows g, g + 8 of each row tile at
+// inputs t, t + 4 and B inputs t, t + 4 at column g of each column tile (the PTX fragment
+// layouts of m16n8k8.tf32).
+template <int MT, unsigned int LD>
+__device__ __forceinline__ void act_slice(float (&acc)[MT][4][4], const float* xs, const float* ws) {
+    const unsigned int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    unsigned int ah[MT][4], al[MT][4], bh[4][2], bl[4][2];
 #pragma unroll
-        for (int i = 0; i < TR; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
-    } else if constexpr (TR == 2) {
-        *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
-    } else {
-        p[0] = v[0];
-    }
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) act_split(xs[(t + 4 * (i / 2)) * LD + 16 * m + g + 8 * (i % 2)], ah[m][i], al[m][i]);
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) act_split(ws[(t + 4 * i) * ACT_STAGE_LD + 8 * n + g], bh[n][i], bl[n][i]);
+    // Small terms first, each over all the tiles before the next (independent chains).
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) act_mma(acc[m][n], al[m], bh[n]);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) act_mma(acc[m][n], ah[m], bl[n]);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < 4; ++n) act_mma(acc[m][n], ah[m], bh[n]);
 }
 
 // One layer (see the top of the file). Hidden layers (HEAD false): out[c][r] = relu(acc),
-// k-major like `in`. The head-output layer: out[r][c] (row-major, out_w wide) = acc + bias,
-// and y[r][c] = acc for rows below `here` if y is not null.
-template <int TR, bool HEAD>
-__device__ __forceinline__ void act_layer(const float* __restrict__ pack, const ActLayer& L, const float* in,
+// k-major like `in`, and row L.ones of out set to 1 if any. The head-output layer: out[r][c]
+// (row-major, out_w wide) = acc + bias, and y[r][c] = acc for rows below `here` if y is not
+// null.
+template <int MT, bool HEAD>
+__device__ __forceinline__ void act_layer(const float* __restrict__ params, const ActLayer& L, const float* in,
                                           float* out, float* stages, unsigned int out_w, float* __restrict__ y,
                                           unsigned int here) {
-    constexpr unsigned int R = ACT_ROW_THREADS * TR, TC = ACT_TILE_COLS, TILE = ACT_KT * ACT_COLS;
+    constexpr unsigned int R = 16 * MT, LD = R + 8, STAGE = ACT_KT * ACT_STAGE_LD;
+    static_assert(ACT_KT == 8 * ACT_GROUPS, "a slice is 8 inputs for each group");
     const unsigned int group = threadIdx.x / ACT_GROUP, gt = threadIdx.x % ACT_GROUP;
-    const unsigned int rt = (gt % 32) / 8, ct = (gt / 32) * 8 + gt % 8;
+    const unsigned int warp = gt / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const unsigned int slices = L.slices;
-    for (unsigned int p0 = 0, pass = 0; p0 < L.pwidth; p0 += ACT_COLS, ++pass) {
-        const float* tiles = pack + (L.tile0 + (unsigned long long)pass * slices) * TILE;
-        // The columns this thread computes (in one segment: segments are padded to TC).
-        unsigned int x_off = 0, col = 0, cols = 0;
-        {
-            const unsigned int p = p0 + TC * ct;
-            const ActSegment s = act_segment(L, p);
-            if (p < L.pwidth && p - s.pcol0 < s.width) {
-                x_off = s.x_off;
-                col = s.col0 + (p - s.pcol0);
-                cols = min(TC, s.width - (p - s.pcol0));
-            }
-        }
-        float bias[TC], acc[TR][TC];
-        {
-            const float4* b = reinterpret_cast<const float4*>(pack + L.bias0 + p0 + TC * ct);
-            const float4 b0 = __ldg(b), b1 = __ldg(b + 1);
-            bias[0] = b0.x, bias[1] = b0.y, bias[2] = b0.z, bias[3] = b0.w;
-            bias[4] = b1.x, bias[5] = b1.y, bias[6] = b1.z, bias[7] = b1.w;
-        }
+    for (unsigned int p0 = 0; p0 < L.pwidth; p0 += ACT_COLS) {
+        const ActCopy copy = act_copy_of(params, L, p0);
+        const unsigned int wp = p0 + ACT_WARP_COLS * warp;  // the warp's first padded column
+        const ActSegment seg = act_segment(L, wp);
+        const bool busy = wp < L.pwidth && wp - seg.pcol0 < seg.width;
+        float acc[MT][4][4];
 #pragma unroll
-        for (unsigned int j = 0; j < TC; ++j)
+        for (int m = 0; m < MT; ++m)
 #pragma unroll
-            for (int i = 0; i < TR; ++i) acc[i][j] = (HEAD || group != 0) ? 0.0f : bias[j];
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
 
 #pragma unroll
         for (unsigned int s = 0; s < ACT_STAGES - 1; ++s) {
-            if (s < slices) act_load_tile(stages + s * TILE, tiles + s * TILE);
+            if (s < slices) act_stage(stages + s * STAGE, copy, s * ACT_KT);
             act_cp_async_commit();
         }
         for (unsigned int s = 0; s < slices; ++s) {
             act_cp_async_wait<ACT_STAGES - 2>();
             __syncthreads();
             const unsigned int next = s + ACT_STAGES - 1;
-            if (next < slices) act_load_tile(stages + (next % ACT_STAGES) * TILE, tiles + next * TILE);
+            if (next < slices) act_stage(stages + (next % ACT_STAGES) * STAGE, copy, next * ACT_KT);
             act_cp_async_commit();
-            if (cols == 0) continue;  // past the layer's columns: nothing to compute
-            // This group's rows of the slice: k = s ACT_KT + group, + ACT_GROUPS, ...
-            const float* ws = stages + (s % ACT_STAGES) * TILE + group * ACT_COLS + 4 * ct;
-            const float* xs = in + (x_off + s * ACT_KT + group) * R + rt * TR;
-#pragma unroll
-            for (unsigned int kk = 0; kk < ACT_KT; kk += ACT_GROUPS) {
-                float a[TR];
-                act_load_rows<TR>(xs + kk * R, a);
-                const float4 b0 = *reinterpret_cast<const float4*>(ws + kk * ACT_COLS);
-                const float4 b1 = *reinterpret_cast<const float4*>(ws + kk * ACT_COLS + ACT_COLS / 2);
-                const float b[TC] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-                for (int i = 0; i < TR; ++i)
-#pragma unroll
-                    for (unsigned int j = 0; j < TC; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-            }
+            if (!busy) continue;  // past the layer's columns: nothing to compute
+            const float* xs = in + (seg.x_off + s * ACT_KT + 8 * group) * LD;
+            const float* ws = stages + (s % ACT_STAGES) * STAGE + 8 * group * ACT_STAGE_LD + ACT_WARP_COLS * warp;
+            act_slice<MT, LD>(acc, xs, ws);
         }
-        __syncthreads();  // every warp is done with the stages: they take the groups' sums now
+        __syncthreads();  // every warp is done with the stages: they take group 1's sums now
 
-        // Groups 1.. leave their sums in float4 slots [group - 1][TR TC / 4][ACT_GROUP]
-        // (conflict-free); group 0 adds them in group order.
+        // Group 1 leaves its sums in float4 slots [MT 4][ACT_GROUP] (conflict-free); group 0
+        // adds them, then writes the outputs.
         float4* partial = reinterpret_cast<float4*>(stages);
-        constexpr unsigned int slots = TR * TC / 4;
-        if (group != 0 && cols > 0) {
+        if (group == 1 && busy) {
 #pragma unroll
-            for (int i = 0; i < TR; ++i)
+            for (int m = 0; m < MT; ++m)
 #pragma unroll
-                for (unsigned int j = 0; j < TC; j += 4)
-                    partial[((group - 1) * slots + (i * TC + j) / 4) * ACT_GROUP + gt] =
-                        make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+                for (int n = 0; n < 4; ++n)
+                    partial[(4 * m + n) * ACT_GROUP + gt] = make_float4(acc[m][n][0], acc[m][n][1], acc[m][n][2], acc[m][n][3]);
         }
         __syncthreads();
-        if (group == 0 && cols > 0) {
+        if (group == 0 && busy) {
 #pragma unroll
-            for (unsigned int g = 0; g < ACT_GROUPS - 1; ++g)
+            for (int m = 0; m < MT; ++m)
 #pragma unroll
-                for (int i = 0; i < TR; ++i)
-#pragma unroll
-                    for (unsigned int j = 0; j < TC; j += 4) {
-                        const float4 o = partial[(g * slots + (i * TC + j) / 4) * ACT_GROUP + gt];
-                        acc[i][j] += o.x, acc[i][j + 1] += o.y, acc[i][j + 2] += o.z, acc[i][j + 3] += o.w;
-                    }
-#pragma unroll
-            for (unsigned int j = 0; j < TC; ++j) {
-                if (j >= cols) break;
-                if (HEAD) {
-#pragma unroll
-                    for (int i = 0; i < TR; ++i) {
-                        const unsigned int r = rt * TR + i;
-                        out[r * out_w + col + j] = acc[i][j] + bias[j];
-                        if (y != nullptr && r < here) y[(unsigned long long)r * out_w + col + j] = acc[i][j];
-                    }
-                } else {
-                    float v[TR];
-#pragma unroll
-                    for (int i = 0; i < TR; ++i) v[i] = acc[i][j] > 0.0f ? acc[i][j] : 0.0f;
-                    act_store_rows<TR>(out + (col + j) * R + rt * TR, v);
+                for (int n = 0; n < 4; ++n) {
+                    const float4 o = partial[(4 * m + n) * ACT_GROUP + gt];
+                    acc[m][n][0] += o.x, acc[m][n][1] += o.y, acc[m][n][2] += o.z, acc[m][n][3] += o.w;
                 }
-            }
         }
         __syncthreads();  // the sums are read before the next pass refills the stages
+
+        if (group == 0 && busy) {
+#pragma unroll
+            for (int n = 0; n < 4; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const unsigned int local = wp - seg.pcol0 + 8 * n + 2 * t + e;
+                    if (local >= seg.width) continue;
+                    const unsigned int col = seg.col0 + local;
+                    const float bias = HEAD ? __ldg(params + seg.bias + local) : 0.0f;
+#pragma unroll
+                    for (int m = 0; m < MT; ++m)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const unsigned int r = 16 * m + g + 8 * h;
+                            const float v = acc[m][n][2 * h + e];
+                            if (HEAD) {
+                                out[r * out_w + col] = v + bias;
+                                if (y != nullptr && r < here) y[(unsigned long long)r * out_w + col] = v;
+                            } else {
+                                out[col * LD + r] = v > 0.0f ? v : 0.0f;
+                            }
+                        }
+                }
+        }
     }
+    if (!HEAD && L.ones != ACT_NO_ONES && threadIdx.x < R) out[L.ones * LD + threadIdx.x] = 1.0f;
+    __syncthreads();  // the layer's output is complete
 }
 
-template <int TR>
+template <int MT>
 __device__ __forceinline__ void act_forward(const float* __restrict__ x, unsigned long long rows,
-                                            const float* __restrict__ pack, const ActNet& net,
+                                            const float* __restrict__ params, const ActNet& net,
                                             const BranchShape& shape, unsigned int na, float v_min, float v_max,
                                             unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    constexpr unsigned int R = ACT_ROW_THREADS * TR;
+    constexpr unsigned int R = 16 * MT, LD = R + 8;
     extern __shared__ __align__(16) float act_smem[];
     float* P = act_smem;
     float* Q = P + net.p_floats;
@@ -273,50 +320,35 @@ __device__ __forceinline__ void act_forward(const float* __restrict__ x, unsigne
     for (unsigned int i = 4 * threadIdx.x; i < net.p_floats + net.q_floats; i += 4 * blockDim.x)
         *reinterpret_cast<float4*>(P + i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     __syncthreads();
+    // The states, k-major, and the ones row the first layer's bias row multiplies.
     for (unsigned int i = threadIdx.x; i < here * net.s; i += blockDim.x) {
         const unsigned int r = i / net.s, k = i - r * net.s;
-        P[k * R + r] = x[(first + r) * net.x_ld + k];
+        P[k * LD + r] = x[(first + r) * net.x_ld + k];
     }
+    if (threadIdx.x < R) P[net.s * LD + threadIdx.x] = 1.0f;
     __syncthreads();
 
-    act_layer<TR, false>(pack, net.layer[0], P, Q, stages, 0, nullptr, here);
-    act_layer<TR, false>(pack, net.layer[1], Q, P, stages, 0, nullptr, here);
-    act_layer<TR, false>(pack, net.layer[2], P, Q, stages, 0, nullptr, here);
-    act_layer<TR, true>(pack, net.layer[3], Q, P, stages, out_w, y == nullptr ? y : y + first * out_w, here);
-    __syncthreads();
+    act_layer<MT, false>(params, net.layer[0], P, Q, stages, 0, nullptr, here);
+    act_layer<MT, false>(params, net.layer[1], Q, P, stages, 0, nullptr, here);
+    act_layer<MT, false>(params, net.layer[2], P, Q, stages, 0, nullptr, here);
+    act_layer<MT, true>(params, net.layer[3], Q, P, stages, out_w, y == nullptr ? y : y + first * out_w, here);
 
     head_means(P, shape, na, here, out_w, Q);
     __syncthreads();
     head_q_rows(P, Q, shape, na, v_min, v_max, here, lpa, q + first * A);
 }
 
-extern "C" __global__ void qnet_act_pack(const float* __restrict__ params, const unsigned int* __restrict__ index,
-                                         unsigned long long count, float* __restrict__ pack) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        const unsigned int e = index[i];
-        pack[i] = e == ACT_NONE ? 0.0f : params[e];
-    }
-}
-
-// The entry points, one per rows-per-block R = 4 TR (the host picks by the number of rows).
+// The entry points, one per rows-per-block R = 16 MT (the host picks by the number of rows).
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
-qnet_act_rows8(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ pack, const ActNet net,
-    const BranchShape shape, unsigned int na, float v_min, float v_max, unsigned int lpa, float* __restrict__ y,
-    float* __restrict__ q) {
-    act_forward<2>(x, rows, pack, net, shape, na, v_min, v_max, lpa, y, q);
+qnet_act_rows16(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ params,
+    const ActNet net, const BranchShape shape, unsigned int na, float v_min, float v_max, unsigned int lpa,
+    float* __restrict__ y, float* __restrict__ q) {
+    act_forward<1>(x, rows, params, net, shape, na, v_min, v_max, lpa, y, q);
 }
 
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
-qnet_act_rows16(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ pack, const ActNet net,
-    const BranchShape shape, unsigned int na, float v_min, float v_max, unsigned int lpa, float* __restrict__ y,
-    float* __restrict__ q) {
-    act_forward<4>(x, rows, pack, net, shape, na, v_min, v_max, lpa, y, q);
-}
-
-extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
-qnet_act_rows32(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ pack, const ActNet net,
-    const BranchShape shape, unsigned int na, float v_min, float v_max, unsigned int lpa, float* __restrict__ y,
-    float* __restrict__ q) {
-    act_forward<8>(x, rows, pack, net, shape, na, v_min, v_max, lpa, y, q);
+qnet_act_rows32(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ params,
+    const ActNet net, const BranchShape shape, unsigned int na, float v_min, float v_max, unsigned int lpa,
+    float* __restrict__ y, float* __restrict__ q) {
+    act_forward<2>(x, rows, params, net, shape, na, v_min, v_max, lpa, y, q);
 }

@@ -176,14 +176,14 @@ fn with_transitions_per_s(mut rows: [BenchRow; 2], n: usize) -> [BenchRow; 2] {
 /// `tallyho bench env`: one experience timestep of N envs on the embedded synthetic market
 /// (state gather, the online Q-forward of the default C51 network, action select at
 /// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
-/// with env transitions/s = N / median; and its parts: `q-forward (acting)` (layer by
-/// layer, Q only), `q-forward (qnet_act, R rows a block)` (the one-launch option at each
-/// rows-per-block it fits), `env kernels` (`state_gather` and `env_step`, the environment's
-/// launches in the step; `env kernels (unfused)`: `state_gather`, `action_select`,
-/// `fill_step`, `barriers`); `experience step (tf32)`, the step with the Q-forward's
-/// products in TF32; and `experience step (qnet_act)`, the step with the qnet_act option
-/// (which its rule runs at N = 4096, and leaves layer by layer at N = 256). The `batch`
-/// column holds N.
+/// with env transitions/s = N / median (its Q-forward as `QNet::act` picks it: qnet_act at
+/// N = 4096, layer by layer at N = 256); and its parts: `q-forward (acting)` (as the step
+/// runs it, Q only), `q-forward (layers)` (layer by layer), `q-forward (qnet_act, R rows a
+/// block)` (the one-launch forward at each rows-per-block it fits), `env kernels`
+/// (`state_gather` and `env_step`, the environment's launches in the step; `env kernels
+/// (unfused)`: `state_gather`, `action_select`, `fill_step`, `barriers`); `experience step
+/// (layers)`, the step with its Q-forward layer by layer; and `experience step (tf32)`, with
+/// the layer-by-layer products in TF32. The `batch` column holds N.
 pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::env::{load_market, Env};
     use crate::parity::env::{acting_config, BRANCHES};
@@ -207,15 +207,18 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.env.step(&net, &mut r.acting))?;
         rows.extend(with_transitions_per_s(step, n));
         rows.extend(timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
-        // The qnet_act option at each rows-per-block it fits.
-        net.set_act_fused(true)?;
+        net.set_act_fused(false);
+        rows.extend(timing.both_modes(gpu, &mut run, "q-forward (layers)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
+        let layers = timing.both_modes(gpu, &mut run, "experience step (layers)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        rows.extend(with_transitions_per_s(layers, n));
+        net.set_act_fused(true);
+        // qnet_act at each rows-per-block it fits.
         for block_rows in net.act_block_rows_available() {
             net.set_act_block_rows(Some(block_rows))?;
             let label = format!("q-forward (qnet_act, {block_rows} rows a block)");
             rows.extend(timing.both_modes(gpu, &mut run, &label, 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
         }
         net.set_act_block_rows(None)?;
-        net.set_act_fused(false)?;
         rows.extend(timing.both_modes(gpu, &mut run, "env kernels", 0, n, |r| {
             r.env.state_gather()?;
             r.env.env_step(&r.acting.q)
@@ -231,11 +234,6 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let tf32 = timing.both_modes(gpu, &mut run, "experience step (tf32)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
         net.set_tf32(false)?;
         rows.extend(with_transitions_per_s(tf32, n));
-        // The step with the qnet_act option (where its rule picks it: N = 4096).
-        net.set_act_fused(true)?;
-        let fused = timing.both_modes(gpu, &mut run, "experience step (qnet_act)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
-        net.set_act_fused(false)?;
-        rows.extend(with_transitions_per_s(fused, n));
         gpu.synchronize()?;
     }
     Ok(rows)

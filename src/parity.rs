@@ -6,6 +6,7 @@ pub mod env;
 pub mod reward;
 
 use crate::error::Result;
+use crate::qnet::Products;
 use crate::replay::PerBuffer;
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
@@ -521,7 +522,7 @@ pub fn check_acting_net(gpu: &Gpu, cfg: tallyho_oracle::qnet::QNetConfig, rows: 
     let mut st = QNetSetup::of(gpu, cfg, rows)?;
     st.net.set_tf32(path == ActingPath::Tf32)?;
     if let ActingPath::Fused(block_rows) = path {
-        st.net.set_act_fused(true)?;
+        st.net.set_act_fused(true);
         st.net.set_act_block_rows(block_rows)?;
         if st.net.act_block_rows(rows).is_none() {
             return Err(crate::error::Error::Usage("acting check: this network does not fit one qnet_act block".into()));
@@ -532,21 +533,26 @@ pub fn check_acting_net(gpu: &Gpu, cfg: tallyho_oracle::qnet::QNetConfig, rows: 
     let x: Vec<f32> = states.chunks_exact(cfg.state_dim).flat_map(|r| r.iter().copied().chain([1.0])).collect();
     let x = gpu.stream.clone_htod(&x)?;
     let mut acting = st.net.acting(rows)?;
-    match path {
-        ActingPath::Act | ActingPath::Fused(_) => st.net.act(&x, &mut acting)?,
-        ActingPath::Layers | ActingPath::Tf32 => st.net.act_layers(&x, &mut acting)?,
-    }
+    let products = match path {
+        ActingPath::Act | ActingPath::Fused(_) => {
+            st.net.act(&x, &mut acting)?;
+            st.net.acting_products(rows)
+        }
+        ActingPath::Layers | ActingPath::Tf32 => {
+            st.net.act_layers(&x, &mut acting)?;
+            if st.net.tf32() { Products::Tf32 } else { Products::Float32 }
+        }
+    };
     let (y, q) = (st.net.read_acting_outputs(&acting)?, st.net.read_acting(&acting)?);
-    acting_comparisons(cfg, st.net.tf32(), &st.online, states, &y, &q)
+    acting_comparisons(cfg, products, &st.online, states, &y, &q)
 }
 
 /// An acting forward's outputs against the oracle, stage by stage: the head-output rows
-/// plus bias against the oracle's forward of `states` (the GEMM chain's bound, in TF32 when
-/// `tf32`), then Q by
-/// [`acting_q_comparison`].
+/// plus bias against the oracle's forward of `states` (the GEMM chain's bound for the
+/// arithmetic of its `products`), then Q by [`acting_q_comparison`].
 pub(crate) fn acting_comparisons(
     cfg: &tallyho_oracle::qnet::QNetConfig,
-    tf32: bool,
+    products: Products,
     online: &[f32],
     states: &[f32],
     y: &[f32],
@@ -554,15 +560,19 @@ pub(crate) fn acting_comparisons(
 ) -> Result<Vec<Comparison>> {
     use tallyho_oracle::compare_rel_norm;
     use tallyho_oracle::qnet as spec;
-    use tallyho_oracle::tolerance::{gemm_chain, gemm_chain_tf32};
+    use tallyho_oracle::tolerance::{gemm_chain, gemm_chain_3xtf32, gemm_chain_tf32};
     let bias = head_bias(cfg, online)?;
     let (yb, _) = rows_plus_bias(y, bias);
     let want_y = spec::head_rows(cfg, &spec::forward(cfg, online, states));
     let [h1, _, hh, _] = forward_chain(cfg);
     let head_in = cfg.value_hidden.max(cfg.adv_hidden);
-    // The first layer is qnet_first_layer's float32 FMA chain either way.
-    let products = [&hh[h1.len()..], &[head_in + 1]].concat();
-    let chain = if tf32 { gemm_chain_tf32(&h1, &products) } else { gemm_chain(&[h1, products].concat()) };
+    // Layer by layer, the first layer is qnet_first_layer's float32 FMA chain either way.
+    let later = [&hh[h1.len()..], &[head_in + 1]].concat();
+    let chain = match products {
+        Products::Float32 => gemm_chain(&[h1, later].concat()),
+        Products::Tf32x3 => gemm_chain_3xtf32(&[h1, later].concat()),
+        Products::Tf32 => gemm_chain_tf32(&h1, &later),
+    };
     Ok(vec![
         compare_rel_norm("acting head outputs", &yb, &want_y, chain),
         acting_q_comparison(cfg, y, bias, q),

@@ -429,7 +429,7 @@ impl QNet {
             gemms_only: false,
             head,
             fused,
-            act_fused: false,
+            act_fused: true,
             d,
         };
         net.set_params(&init, &init)?;
@@ -504,8 +504,7 @@ impl QNet {
         self.check_len("target parameters", target.len(), p)?;
         self.stream.memcpy_htod(online, &mut self.params.slice_mut(..p))?;
         self.stream.memcpy_htod(target, &mut self.params.slice_mut(p..))?;
-        self.scatter_heads(NETS)?;
-        self.pack_acting()
+        self.scatter_heads(NETS)
     }
 
     /// `qnet_heads_scatter`: rebuild the dense head matrices of the first `nets` networks
@@ -746,9 +745,7 @@ impl QNet {
         let p = self.d.params;
         let dense = self.heads_w.slice_mut(..(self.d.hw + 1) * self.d.ow);
         let mirror = Mirror { from: self.off.wv2, index: &self.heads_index, to: dense };
-        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))?;
-        // The one-launch acting forward's packed copy of the new online parameters (if on).
-        self.pack_acting()
+        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))
     }
 
     /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
@@ -804,9 +801,9 @@ impl QNet {
 
     /// The online network on `x` (`[N x (S + 1)]`: the states with a ones column, as
     /// `state_gather` writes them): the same stages as [`QNet::forward`] on N rows of one
-    /// network (oracle `qnet::forward`, `head`), the Q-values left in `a.q`. Layer by layer
-    /// ([`QNet::act_layers`]), or in one launch (`qnet_act`, float32) with
-    /// [`QNet::set_act_fused`] where its blocks fill the GPU and the network fits one.
+    /// network (oracle `qnet::forward`, `head`), the Q-values left in `a.q`. In one launch
+    /// (`qnet_act`, products in 3xTF32) where its blocks fill the GPU and the network fits
+    /// one ([`QNet::act_block_rows`]); else layer by layer ([`QNet::act_layers`]).
     pub fn act(&self, x: &CudaSlice<f32>, a: &mut Acting) -> Result<()> {
         if self.act_block_rows(a.rows).is_none() {
             return self.act_layers(x, a);
@@ -821,11 +818,12 @@ impl QNet {
             lpa: self.head.head_q.lpa as u32,
         };
         let io = act::ActIo { x, rows: r, y: if a.outputs { Some(&mut a.y) } else { None }, q: &mut a.q };
-        act::launch(&self.stream, &self.fused, head, io)
+        act::launch(&self.stream, &self.fused, &self.params.slice(..d.params), head, io)
     }
 
     /// The rows per `qnet_act` block that acting on `rows` states runs with, or None when it
-    /// runs layer by layer ([`QNet::act`]).
+    /// runs layer by layer ([`QNet::act`]): qnet_act where it is on ([`QNet::set_act_fused`]),
+    /// the products are not TF32, and the rule of 32-row blocks filling the GPU picks it.
     pub fn act_block_rows(&self, rows: usize) -> Option<usize> {
         if self.tf32() || !self.act_fused {
             return None;
@@ -833,24 +831,24 @@ impl QNet {
         self.fused.block_rows(rows)
     }
 
-    /// The one-launch acting forward, `qnet_act` (an option, off by default): with `true`,
-    /// [`QNet::act`] runs it where its 32-row blocks fill the GPU, and every change of the
-    /// online parameters (set_params, each optimizer step) also rebuilds its packed weights
-    /// (`qnet_act_pack`, +2.7 us an update at B = 256 on the H200). Packs now; like
-    /// [`QNet::set_tf32`], applies to launches made after it, not to a graph already captured
-    /// (capture the update after enabling it, or its replays leave the pack stale).
-    pub fn set_act_fused(&mut self, on: bool) -> Result<()> {
-        self.act_fused = on;
-        self.pack_acting()
+    /// The arithmetic of the products that acting on `rows` states runs (which bound the
+    /// result is held to).
+    pub fn acting_products(&self, rows: usize) -> Products {
+        if self.tf32() {
+            Products::Tf32
+        } else if self.act_block_rows(rows).is_some() {
+            Products::Tf32x3
+        } else {
+            Products::Float32
+        }
     }
 
-    /// `qnet_act_pack` of the online parameters, if acting in one launch is on.
-    fn pack_acting(&mut self) -> Result<()> {
-        if !self.act_fused {
-            return Ok(());
-        }
-        let p = self.d.params;
-        self.fused.pack(&self.stream, &self.params.slice(..p))
+    /// Acting in one launch (`qnet_act`, on by default) where its rule picks it; `false`:
+    /// always layer by layer. Like [`QNet::set_tf32`], applies to launches made after it,
+    /// not to a graph already captured. qnet_act reads the online parameters as they are at
+    /// each launch, so nothing needs rebuilding after set_params or an optimizer step.
+    pub fn set_act_fused(&mut self, on: bool) {
+        self.act_fused = on;
     }
 
     /// The rows per `qnet_act` block this network fits (fewest first; empty: too wide for one
@@ -859,7 +857,7 @@ impl QNet {
         self.fused.fitting()
     }
 
-    /// Benchmarking: force `qnet_act`'s rows per block (4, 8, 16 or 32 where they fit), or
+    /// Benchmarking: force `qnet_act`'s rows per block (16 or 32 where they fit), or
     /// (None) let the rule pick.
     pub fn set_act_block_rows(&mut self, rows: Option<usize>) -> Result<()> {
         self.fused.force_rows(rows)
@@ -1019,6 +1017,18 @@ impl QNet {
         s.memcpy_htod(&[f64::NAN], &mut self.loss)?;
         Ok(())
     }
+}
+
+/// The arithmetic of a forward's products, which decides the bound it is held to
+/// (tallyho_oracle::tolerance): `gemm_chain`, `gemm_chain_3xtf32`, `gemm_chain_tf32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Products {
+    /// Float32 FMAs (cuBLAS's SIMT kernels, qnet_first_layer).
+    Float32,
+    /// qnet_act's 3xTF32 tensor-core products (float32-class).
+    Tf32x3,
+    /// The TF32 option on the layer-by-layer products (the first layer stays float32).
+    Tf32,
 }
 
 /// The stage buffers [`QNet::load`] can fill.

@@ -35,9 +35,9 @@ mod gpu {
         sweep(parity::check_qnet_forward);
     }
 
-    /// The acting forward (the online network on N states) as QNet::act runs it by default
-    /// (layer by layer) at the update's batch sizes, and with the qnet_act option at the
-    /// experience step's N = 4096 (32 rows a block, asserted), both atom settings.
+    /// The acting forward (the online network on N states) as QNet::act runs it: layer by
+    /// layer at the update's batch sizes, and by qnet_act at the experience step's N = 4096
+    /// (32 rows a block, asserted; and off when turned off), both atom settings.
     #[test]
     fn acting_forward_matches_the_oracle_at_every_size_and_atom_setting() {
         sweep(parity::check_acting);
@@ -45,9 +45,10 @@ mod gpu {
         for atoms in ATOMS {
             let case = QNetCase { atoms, state_dim: 15, batch: 4096, seed: 0x4096 };
             let mut st = QNetSetup::new(&gpu, &case).unwrap();
-            assert_eq!(st.net.act_block_rows(4096), None, "qnet_act is an option, off by default");
-            st.net.set_act_fused(true).unwrap();
-            assert_eq!(st.net.act_block_rows(4096), Some(32));
+            assert_eq!(st.net.act_block_rows(4096), Some(32), "qnet_act is the default at N = 4096");
+            st.net.set_act_fused(false);
+            assert_eq!(st.net.act_block_rows(4096), None, "qnet_act off: layer by layer");
+            st.net.set_act_fused(true);
             assert_all(&parity::check_acting_with(&gpu, &case, ActingPath::Fused(None)).unwrap());
         }
     }

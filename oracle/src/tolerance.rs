@@ -113,6 +113,24 @@ pub fn gemm_chain_tf32(float32: &[usize], tf32: &[usize]) -> Tolerance {
     )
 }
 
+/// The same chain as [`gemm_chain`] with its products in 3xTF32 (`qnet_act`): each float x is
+/// hi = x, which the tensor core reads truncated to TF32 (within 2^-10 |x|), plus lo = x -
+/// trunc(x) (exact in float, read truncated in turn: within 2^-10 |lo| <= 2^-20 |x|), and a b
+/// is taken as lo_a hi_b + hi_a lo_b + hi_a hi_b: the two truncated lo terms err by 2^-20 |a b|
+/// each and the dropped lo_a lo_b is at most 2^-20 |a b|, so each product errs by 3 2^-20
+/// |a b| = 48 u |a b| (the TF32 products themselves are exact in float). Its 3L products are
+/// summed on the tensor cores in float (truncating adds, 2 u each as for TF32), and the two
+/// K groups' sums added once more (2 u): `(50 + 6L) u` per reduction of length L, twice their
+/// sum as for float32. About 5e-4 for the default network (observed errors are
+/// float32-sized); a wrong index, stride or term errs by O(1).
+pub fn gemm_chain_3xtf32(lengths: &[usize]) -> Tolerance {
+    let total: usize = lengths.iter().map(|&l| 50 + 6 * l).sum();
+    Tolerance::rel_norm(
+        2.0 * F32_UNIT_ROUNDOFF * total as f64,
+        "3xTF32 GEMM chain: 2 x the sum of (50 + 6L) u over its reductions of length L (truncated hi/lo split)",
+    )
+}
+
 /// The loss stage (`qnet_loss`) against the oracle evaluated on the same float32 forward
 /// outputs: both compute in double from identical inputs and round once; only the block
 /// reductions (cross-entropy, target mass) sum in another order, in double, which moves a

@@ -292,7 +292,7 @@ pub fn check_experience(
         activity.greedy_and_random_differ |= want.actions != spec::action_select(cfg.seed, &BRANCHES, 0.0, &q, &before);
         if q_every > 0 && t % q_every == 0 {
             let y = net.read_acting_outputs(&acting)?;
-            merge_step(&mut out, t, super::acting_comparisons(&qcfg, net.tf32(), &online, &want.states, &y, &q)?);
+            merge_step(&mut out, t, super::acting_comparisons(&qcfg, net.acting_products(cfg.envs), &online, &want.states, &y, &q)?);
         }
         let mut c = vec![
             compare_bitwise("states", &env.read_states()?, &want.states),
@@ -330,10 +330,8 @@ pub fn check_experience_graph(
 ) -> Result<Vec<Comparison>> {
     let qcfg = acting_config(market, cfg.seed ^ 0x0a11);
     let mut net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
-    if block_rows.is_some() {
-        net.set_act_fused(true)?;
-        net.set_act_block_rows(block_rows)?;
-    }
+    net.set_act_fused(block_rows.is_some());
+    net.set_act_block_rows(block_rows)?;
     // Q only, as the experience step acts in training and in the benchmark.
     let (mut a_eager, mut a_graph) = (net.acting(cfg.envs)?.q_only(), net.acting(cfg.envs)?.q_only());
     let mut eager = Env::new(gpu, cfg, &BRANCHES, market, split)?;
