@@ -10,8 +10,11 @@
 // columns, where cuBLAS's float32 kernels fill the GPU in one partial wave, and each of the
 // chain's 8 launches and each activation's round trip through memory costs its own latency.
 // Here each block streams the weights (L2-resident) through shared memory once for its R
-// rows, straight from the flat parameters: nothing is packed, so an optimizer step or
-// set_params needs nothing more before the next forward.
+// rows, from where the update keeps them: the trunk layers from the flat parameters, the
+// heads' output layer from the online dense head matrix (qnet_heads.cu; Adam's mirror and
+// set_params keep it current), whose rows are 16-byte aligned where the compact ones are
+// not. Nothing is packed for acting, so an update or set_params needs nothing more before
+// the next forward.
 //
 // Products: 3xTF32 on the tensor cores (mma.sync m16n8k8). The tensor core reads a float's
 // top 19 bits (TF32, truncated), so each float x is hi = x as it is (read as trunc(x),
@@ -23,26 +26,36 @@
 // split, no rounding step.
 //
 // A layer is a list of segments: segment h multiplies input rows [x_off, x_off + fan_in)
-// into output columns [col0, col0 + width), its weights at params[w + k ld + j] (trunk
-// layers: one segment whose last weight row is the bias, against a ones row of the input;
-// the heads' output layer: the value head, then each branch, each on its own hidden slice,
-// the biases at params[bias + j] added after the sum). Each segment's columns are padded to
-// ACT_WARP_COLS (pcol0; pwidth in all), so a warp's columns are one segment's: all its
-// tiles read the same input rows.
+// (x_off a multiple of 8) into `width` staged columns whose weights are src[w + k ld + j]
+// (src: the flat parameters for the trunk, the dense head matrix for the heads' outputs),
+// staged column j being output column col0 + j. A head's staging starts at the multiple of
+// 8 at or below its first hidden row and of 4 at or below its first column; the rows and
+// columns before are another head's, zero in this block of the block-diagonal matrix, and
+// its first `lead` staged columns are not written. Trunk layers: one segment whose last
+// weight row is the bias, against a ones row of the input; the heads' output layer: the
+// value head, then each branch, each on its own hidden slice, the biases at src[bias + j]
+// added after the sum. Each segment's staged columns are padded to ACT_WARP_COLS (pcol0;
+// pwidth in all), so a warp's columns are one segment's: all its tiles read the same input
+// rows.
 //
 // Work split of a layer: passes of ACT_COLS padded columns, each in slices of ACT_KT input
 // rows, ACT_STAGES slices in flight (cp.async, zero-filled past a segment's fan-in or
-// width). ACT_GROUPS groups of 8 warps split a slice's inputs (group i takes its inputs 8 i
-// .. 8 i + 8), so each multiprocessor has 16 warps to hide the tensor cores' latency; in a
-// group, warp w owns columns [32 w, 32 w + 32) of the pass and all R rows: MT = R / 16 row
-// tiles by 4 column tiles of mma.m16n8k8, 16 MT accumulators a lane. At the end of a pass
-// group 0 adds group 1's sums and writes the outputs. Thread i copies the 4 columns at
-// 4 (i % 64) of staged rows i / 64 + 8 j: one segment's for the whole pass.
+// width; 16-byte copies where the layer's rows allow, else 4-byte). ACT_GROUPS groups of 8
+// warps split a slice's inputs (group i takes its inputs 8 i .. 8 i + 8), so each
+// multiprocessor has 16 warps to hide the tensor cores' latency; in a group, warp w owns
+// columns [32 w, 32 w + 32) of the pass and all R rows: MT = R / 16 row tiles by 4 column
+// tiles of mma.m16n8k8, 16 MT accumulators a lane. At the end of a pass group 0 adds group
+// 1's sums and writes the outputs. Thread i copies the 4 columns at 4 (i % 64) of staged
+// rows i / 64 + 8 j: one segment's for the whole pass.
 //
-// Layouts (floats), chosen so each fragment load of a warp hits 32 distinct banks: a staged
-// slice is [ACT_KT][ACT_STAGE_LD] (lane (g, t) reads row t, column g: banks 8 t + g); the
-// activations are k-major, x[k][r] at k LD + r with LD = R + 8 (lane (g, t) reads row g of
-// input t: banks 8 t + g).
+// Layouts (floats), so that every fragment load is one instruction into the registers the
+// mma reads (no moves) and each quarter-warp phase hits 32 distinct banks. Activations (a
+// layer's input) are kept as the tiles' A fragments (act_at): for each block of 8 inputs
+// and each row tile, 32 float4s, lane (g, t)'s holding A[g][t], A[g + 8][t], A[g][t + 4],
+// A[g + 8][t + 4], so a lane loads a tile's fragment as one float4 and a warp reads 512
+// contiguous bytes; the previous layer's epilogue writes its outputs there (float2 stores).
+// A staged slice is [ACT_KT][ACT_STAGE_LD], ACT_STAGE_LD = 8 mod 32: lane (g, t) reads its
+// B elements B[t][g], B[t + 4][g] at bank 8 t + g.
 //
 // Numerics. Each output is (group 0's mma accumulations over its inputs, in order) + (group
 // 1's), the same for every rows-per-block (a row's result does not depend on the other rows
@@ -50,12 +63,12 @@
 // bias, and the head reads y + bias rounded once, as qnet_head_q stages it.
 //
 // Shared memory (the host sizes it from the network, ActNet): P [p_floats], Q [q_floats],
-// the stages [ACT_STAGES][ACT_KT][ACT_STAGE_LD]. P holds the input rows (k-major, then a
-// ones row at S), then trunk 2's output (and its ones row), then the staged head rows
-// [R][out_w] and 32 floats of padding; Q holds the first layer's output (and its ones row),
-// then the heads' hidden layer, then the head's means [R][K][NA] and padding. Both are
-// zeroed first: a slice reads up to ACT_KT - 1 rows past a segment's fan-in, which must be
-// finite (their weights are 0).
+// the stages [ACT_STAGES][ACT_KT][ACT_STAGE_LD]. P holds the input rows (then a ones input
+// at S), then trunk 2's output (and its ones input), then the staged head rows [R][out_w]
+// and 32 floats of padding; Q holds the first layer's output (and its ones input), then the
+// heads' hidden layer, then the head's means [R][K][NA] and padding. Both are zeroed first:
+// a slice reads up to ACT_KT - 1 inputs past a segment's fan-in, which must be finite
+// (their weights are 0).
 //
 // Grid (ceil(rows / R)), ACT_THREADS threads. y (rows x out_w, the head outputs without
 // bias) is written if not null; q (rows x A) always.
@@ -76,14 +89,15 @@
 #define ACT_NO_ONES 0xffffffffu
 
 struct ActSegment {
-    unsigned int x_off, fan_in, col0, width, pcol0;
-    unsigned int w, ld, bias, vec4;
+    unsigned int x_off, fan_in, col0, lead, width, pcol0;
+    unsigned int w, ld, bias;
 };
 
-// A layer's segments, its padded width, its slices per pass, and the row of its output set
-// to ones for the next layer's bias (ACT_NO_ONES: none).
+// A layer's segments, its padded width, its slices per pass, the row of its output set to
+// ones for the next layer's bias (ACT_NO_ONES: none), and whether every segment's weight
+// rows start 16-byte aligned (w and ld multiples of 4: 16-byte copies; else 4-byte ones).
 struct ActLayer {
-    unsigned int count, pwidth, slices, ones;
+    unsigned int count, pwidth, slices, ones, vec4;
     ActSegment seg[ACT_SEGMENTS];
 };
 
@@ -100,6 +114,15 @@ __device__ __forceinline__ ActSegment act_segment(const ActLayer& L, unsigned in
     for (unsigned int h = 1; h < ACT_SEGMENTS; ++h)
         if (h < L.count && p >= L.seg[h].pcol0) s = L.seg[h];
     return s;
+}
+
+// Where input k of block row r lies in an activation buffer of R = 16 MT rows: the float4 of
+// lane 4 (i % 8) + kk % 4 of row tile r / 16 in input block k / 8 (i = r % 16, kk = k % 8),
+// element i / 8 + 2 (kk / 4) of it, so a lane's A fragment of one tile is one float4.
+template <int MT>
+__device__ __forceinline__ unsigned int act_at(unsigned int r, unsigned int k) {
+    const unsigned int i = r % 16, kk = k % 8;
+    return (((k / 8) * MT + r / 16) * 32 + 4 * (i % 8) + kk % 4) * 4 + i / 8 + 2 * (kk / 4);
 }
 
 // 16 bytes (or `bytes` of them, the rest zero) from global to shared memory.
@@ -122,50 +145,55 @@ __device__ __forceinline__ void act_cp_async_wait() {
 }
 
 // What a thread copies of a pass: 4 columns of one segment, `n` of them inside it (0 to 4),
-// from `src` (row k at src + k ld), rows below fan_in.
+// from staged rows k, k + 8, ..: the next slice's first at `src` (row k + i at src + i ld),
+// those below fan_in; into `dst` of a stage. `base` (the segment's start) is the source of
+// the zero-byte copies, which read nothing.
 struct ActCopy {
     const float* src;
-    unsigned int ld, fan_in, n, vec4;
+    const float* base;
+    unsigned long long ld;
+    unsigned int k, fan_in, n, dst;
 };
 
-__device__ __forceinline__ ActCopy act_copy_of(const float* __restrict__ params, const ActLayer& L, unsigned int p0) {
+__device__ __forceinline__ ActCopy act_copy_of(const float* __restrict__ src, const ActLayer& L, unsigned int p0) {
     constexpr unsigned int chunks = ACT_COLS / 4;
-    const unsigned int p = p0 + 4 * (threadIdx.x % chunks);
+    const unsigned int cc = threadIdx.x % chunks, kk = threadIdx.x / chunks, p = p0 + 4 * cc;
     const ActSegment s = act_segment(L, p);
-    ActCopy c{params, 1, 0, 0, 1};
+    const unsigned int dst = kk * ACT_STAGE_LD + 4 * cc;
+    ActCopy c{src, src, 0, kk, 0, 0, dst};
     if (p < L.pwidth && p - s.pcol0 < s.width) {
-        const unsigned int local = p - s.pcol0;
-        c = ActCopy{params + s.w + local, s.ld, s.fan_in, min(4u, s.width - local), s.vec4};
+        const float* first = src + s.w + (p - s.pcol0);
+        c = ActCopy{first + (unsigned long long)kk * s.ld, first, s.ld, kk, s.fan_in, min(4u, s.width - (p - s.pcol0)), dst};
     }
     return c;
 }
 
-// Slice rows [k0, k0 + ACT_KT) of the pass into `stage`: zeros past fan_in and past the
-// segment's width (zero-byte copies read nothing; their source is the segment's start).
-__device__ __forceinline__ void act_stage(float* stage, const ActCopy& c, unsigned int k0) {
-    constexpr unsigned int chunks = ACT_COLS / 4, rows_per = ACT_THREADS / chunks;
+// The copy's next slice into `stage` (zeros past fan_in and past the segment's width), and
+// the copy moved on to the slice after it.
+template <bool VEC4>
+__device__ __forceinline__ void act_stage(float* stage, ActCopy& c) {
+    constexpr unsigned int rows_per = ACT_THREADS / (ACT_COLS / 4);
     static_assert(ACT_KT % rows_per == 0, "a slice is whole rows of copies for every thread");
-    const unsigned int cc = threadIdx.x % chunks, kk0 = threadIdx.x / chunks;
 #pragma unroll
     for (unsigned int j = 0; j < ACT_KT / rows_per; ++j) {
-        const unsigned int kk = kk0 + j * rows_per, k = k0 + kk;
-        float* dst = stage + kk * ACT_STAGE_LD + 4 * cc;
-        const unsigned int n = k < c.fan_in ? c.n : 0;
-        const float* row = n > 0 ? c.src + (unsigned long long)k * c.ld : c.src;
-        if (c.vec4) {
-            act_cp_async16(dst, row, 4 * n);
+        const bool in = c.k + j * rows_per < c.fan_in;
+        const float* row = in ? c.src + j * rows_per * c.ld : c.base;
+        float* dst = stage + c.dst + j * rows_per * ACT_STAGE_LD;
+        if constexpr (VEC4) {
+            act_cp_async16(dst, row, in ? 4 * c.n : 0);
         } else {
 #pragma unroll
-            for (unsigned int e = 0; e < 4; ++e) act_cp_async4(dst + e, e < n ? row + e : row, e < n ? 4 : 0);
+            for (unsigned int e = 0; e < 4; ++e) act_cp_async4(dst + e, in && e < c.n ? row + e : c.base, in && e < c.n ? 4 : 0);
         }
     }
+    c.k += ACT_KT;
+    c.src += ACT_KT * c.ld;
 }
 
 // x = hi + lo: hi = x's own bits, which the tensor core reads truncated to TF32, and lo =
 // x - that truncation, exactly (read truncated in turn).
-__device__ __forceinline__ void act_split(float x, unsigned int& hi, unsigned int& lo) {
-    hi = __float_as_uint(x);
-    lo = __float_as_uint(x - __uint_as_float(hi & 0xffffe000u));
+__device__ __forceinline__ unsigned int act_lo(float x) {
+    return __float_as_uint(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u));
 }
 
 // d += a b on one m16n8k8 TF32 tile.
@@ -176,23 +204,28 @@ __device__ __forceinline__ void act_mma(float (&d)[4], const unsigned int (&a)[4
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// A group's 8 inputs of a staged slice into a warp's accumulators: xs at those inputs'
-// first row (k-major, LD floats a row), ws at the warp's first column of their first
-// staged row. Lane (g, t) = (lane / 4, lane % 4) loads A rows g, g + 8 of each row tile at
-// inputs t, t + 4 and B inputs t, t + 4 at column g of each column tile (the PTX fragment
-// layouts of m16n8k8.tf32).
-template <int MT, unsigned int LD>
-__device__ __forceinline__ void act_slice(float (&acc)[MT][4][4], const float* xs, const float* ws) {
-    const unsigned int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+// A group's 8 inputs of a staged slice into a warp's accumulators: xq at the lane's A
+// fragment (a float4, act_at) of row tile 0 in those inputs' block, wb at its B element of
+// column tile 0 (staged row t of the group's, column g of the warp's). Lane (g, t) = (lane /
+// 4, lane % 4); the PTX fragment layouts of m16n8k8.tf32: a0..a3 = A[g][t], A[g + 8][t],
+// A[g][t + 4], A[g + 8][t + 4]; b0, b1 = B[t][g], B[t + 4][g].
+template <int MT>
+__device__ __forceinline__ void act_slice(float (&acc)[MT][4][4], const float* xq, const float* wb) {
     unsigned int ah[MT][4], al[MT][4], bh[4][2], bl[4][2];
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+    for (int m = 0; m < MT; ++m) {
+        const float4 a = *reinterpret_cast<const float4*>(xq + 128 * m);
+        const float v[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) act_split(xs[(t + 4 * (i / 2)) * LD + 16 * m + g + 8 * (i % 2)], ah[m][i], al[m][i]);
+        for (int i = 0; i < 4; ++i) ah[m][i] = __float_as_uint(v[i]), al[m][i] = act_lo(v[i]);
+    }
 #pragma unroll
     for (int n = 0; n < 4; ++n)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) act_split(ws[(t + 4 * i) * ACT_STAGE_LD + 8 * n + g], bh[n][i], bl[n][i]);
+        for (int i = 0; i < 2; ++i) {
+            const float v = wb[8 * n + 4 * i * ACT_STAGE_LD];
+            bh[n][i] = __float_as_uint(v), bl[n][i] = act_lo(v);
+        }
     // Small terms first, each over all the tiles before the next (independent chains).
 #pragma unroll
     for (int m = 0; m < MT; ++m)
@@ -208,24 +241,29 @@ __device__ __forceinline__ void act_slice(float (&acc)[MT][4][4], const float* x
         for (int n = 0; n < 4; ++n) act_mma(acc[m][n], ah[m], bh[n]);
 }
 
-// One layer (see the top of the file). Hidden layers (HEAD false): out[c][r] = relu(acc),
-// k-major like `in`, and row L.ones of out set to 1 if any. The head-output layer: out[r][c]
-// (row-major, out_w wide) = acc + bias, and y[r][c] = acc for rows below `here` if y is not
-// null.
-template <int MT, bool HEAD>
-__device__ __forceinline__ void act_layer(const float* __restrict__ params, const ActLayer& L, const float* in,
+// One layer (see the top of the file), its weights (and biases) in `src`. Hidden layers
+// (HEAD false): out = relu(acc) as the next layer's input (act_at), and its input L.ones set
+// to 1 if any. The head-output layer: out[r][c] (row-major, out_w wide) = acc + bias, and
+// y[r][c] = acc for rows below `here` if y is not null.
+template <int MT, bool HEAD, bool VEC4>
+__device__ __forceinline__ void act_layer(const float* __restrict__ src, const ActLayer& L, const float* in,
                                           float* out, float* stages, unsigned int out_w, float* __restrict__ y,
                                           unsigned int here) {
-    constexpr unsigned int R = 16 * MT, LD = R + 8, STAGE = ACT_KT * ACT_STAGE_LD;
+    constexpr unsigned int R = 16 * MT, STAGE = ACT_KT * ACT_STAGE_LD;
     static_assert(ACT_KT == 8 * ACT_GROUPS, "a slice is 8 inputs for each group");
     const unsigned int group = threadIdx.x / ACT_GROUP, gt = threadIdx.x % ACT_GROUP;
     const unsigned int warp = gt / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const unsigned int slices = L.slices;
     for (unsigned int p0 = 0; p0 < L.pwidth; p0 += ACT_COLS) {
-        const ActCopy copy = act_copy_of(params, L, p0);
+        ActCopy copy = act_copy_of(src, L, p0);
         const unsigned int wp = p0 + ACT_WARP_COLS * warp;  // the warp's first padded column
         const ActSegment seg = act_segment(L, wp);
-        const bool busy = wp < L.pwidth && wp - seg.pcol0 < seg.width;
+        const unsigned int wlocal = wp - seg.pcol0;  // its first staged column in the segment
+        const bool busy = wp < L.pwidth && wlocal < seg.width;
+        // The lane's fragments of slice 0: its A float4 in the group's input block, its B
+        // element in the group's staged rows.
+        const float* xq = in + ((seg.x_off / 8 + group) * MT * 32 + lane) * 4;
+        const unsigned int wb = (8 * group + t) * ACT_STAGE_LD + ACT_WARP_COLS * warp + g;
         float acc[MT][4][4];
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -236,19 +274,15 @@ __device__ __forceinline__ void act_layer(const float* __restrict__ params, cons
 
 #pragma unroll
         for (unsigned int s = 0; s < ACT_STAGES - 1; ++s) {
-            if (s < slices) act_stage(stages + s * STAGE, copy, s * ACT_KT);
+            if (s < slices) act_stage<VEC4>(stages + s * STAGE, copy);
             act_cp_async_commit();
         }
-        for (unsigned int s = 0; s < slices; ++s) {
+        for (unsigned int s = 0; s < slices; ++s, xq += (ACT_KT / 8) * MT * 128) {
             act_cp_async_wait<ACT_STAGES - 2>();
             __syncthreads();
-            const unsigned int next = s + ACT_STAGES - 1;
-            if (next < slices) act_stage(stages + (next % ACT_STAGES) * STAGE, copy, next * ACT_KT);
+            if (s + ACT_STAGES - 1 < slices) act_stage<VEC4>(stages + ((s + ACT_STAGES - 1) % ACT_STAGES) * STAGE, copy);
             act_cp_async_commit();
-            if (!busy) continue;  // past the layer's columns: nothing to compute
-            const float* xs = in + (seg.x_off + s * ACT_KT + 8 * group) * LD;
-            const float* ws = stages + (s % ACT_STAGES) * STAGE + 8 * group * ACT_STAGE_LD + ACT_WARP_COLS * warp;
-            act_slice<MT, LD>(acc, xs, ws);
+            if (busy) act_slice<MT>(acc, xq, stages + (s % ACT_STAGES) * STAGE + wb);
         }
         __syncthreads();  // every warp is done with the stages: they take group 1's sums now
 
@@ -275,40 +309,53 @@ __device__ __forceinline__ void act_layer(const float* __restrict__ params, cons
         __syncthreads();  // the sums are read before the next pass refills the stages
 
         if (group == 0 && busy) {
+            // acc[m][n][2 h + e] = C[16 m + g + 8 h][8 n + 2 t + e] (c0..c3 of the PTX layout).
 #pragma unroll
             for (int n = 0; n < 4; ++n)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const unsigned int local = wp - seg.pcol0 + 8 * n + 2 * t + e;
-                    if (local >= seg.width) continue;
+                    const unsigned int local = wlocal + 8 * n + 2 * t + e;
+                    if (local < seg.lead || local >= seg.width) continue;
                     const unsigned int col = seg.col0 + local;
-                    const float bias = HEAD ? __ldg(params + seg.bias + local) : 0.0f;
+                    const float bias = HEAD ? __ldg(src + seg.bias + local) : 0.0f;
 #pragma unroll
-                    for (int m = 0; m < MT; ++m)
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            const unsigned int r = 16 * m + g + 8 * h;
-                            const float v = acc[m][n][2 * h + e];
-                            if (HEAD) {
-                                out[r * out_w + col] = v + bias;
-                                if (y != nullptr && r < here) y[(unsigned long long)r * out_w + col] = v;
-                            } else {
-                                out[col * LD + r] = v > 0.0f ? v : 0.0f;
-                            }
+                    for (int m = 0; m < MT; ++m) {
+                        const float v0 = acc[m][n][e], v1 = acc[m][n][2 + e];  // rows 16 m + g, + 8
+                        const unsigned int r = 16 * m + g;
+                        if (HEAD) {
+                            out[r * out_w + col] = v0 + bias;
+                            out[(r + 8) * out_w + col] = v1 + bias;
+                            if (y != nullptr && r < here) y[(unsigned long long)r * out_w + col] = v0;
+                            if (y != nullptr && r + 8 < here) y[(unsigned long long)(r + 8) * out_w + col] = v1;
+                        } else {
+                            *reinterpret_cast<float2*>(out + act_at<MT>(r, col)) = make_float2(fmaxf(v0, 0.0f), fmaxf(v1, 0.0f));
                         }
+                    }
                 }
         }
     }
-    if (!HEAD && L.ones != ACT_NO_ONES && threadIdx.x < R) out[L.ones * LD + threadIdx.x] = 1.0f;
+    if (!HEAD && L.ones != ACT_NO_ONES && threadIdx.x < R) out[act_at<MT>(threadIdx.x, L.ones)] = 1.0f;
     __syncthreads();  // the layer's output is complete
+}
+
+// A layer with the copies its segments allow.
+template <int MT, bool HEAD>
+__device__ __forceinline__ void act_layer_any(const float* __restrict__ src, const ActLayer& L, const float* in,
+                                              float* out, float* stages, unsigned int out_w, float* __restrict__ y,
+                                              unsigned int here) {
+    if (L.vec4)
+        act_layer<MT, HEAD, true>(src, L, in, out, stages, out_w, y, here);
+    else
+        act_layer<MT, HEAD, false>(src, L, in, out, stages, out_w, y, here);
 }
 
 template <int MT>
 __device__ __forceinline__ void act_forward(const float* __restrict__ x, unsigned long long rows,
-                                            const float* __restrict__ params, const ActNet& net,
-                                            const BranchShape& shape, unsigned int na, float v_min, float v_max,
-                                            unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    constexpr unsigned int R = 16 * MT, LD = R + 8;
+                                            const float* __restrict__ params, const float* __restrict__ heads,
+                                            const ActNet& net, const BranchShape& shape, unsigned int na,
+                                            float v_min, float v_max, unsigned int lpa, float* __restrict__ y,
+                                            float* __restrict__ q) {
+    constexpr unsigned int R = 16 * MT;
     extern __shared__ __align__(16) float act_smem[];
     float* P = act_smem;
     float* Q = P + net.p_floats;
@@ -320,35 +367,36 @@ __device__ __forceinline__ void act_forward(const float* __restrict__ x, unsigne
     for (unsigned int i = 4 * threadIdx.x; i < net.p_floats + net.q_floats; i += 4 * blockDim.x)
         *reinterpret_cast<float4*>(P + i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     __syncthreads();
-    // The states, k-major, and the ones row the first layer's bias row multiplies.
+    // The states, and the ones input the first layer's bias row multiplies.
     for (unsigned int i = threadIdx.x; i < here * net.s; i += blockDim.x) {
         const unsigned int r = i / net.s, k = i - r * net.s;
-        P[k * LD + r] = x[(first + r) * net.x_ld + k];
+        P[act_at<MT>(r, k)] = x[(first + r) * net.x_ld + k];
     }
-    if (threadIdx.x < R) P[net.s * LD + threadIdx.x] = 1.0f;
+    if (threadIdx.x < R) P[act_at<MT>(threadIdx.x, net.s)] = 1.0f;
     __syncthreads();
 
-    act_layer<MT, false>(params, net.layer[0], P, Q, stages, 0, nullptr, here);
-    act_layer<MT, false>(params, net.layer[1], Q, P, stages, 0, nullptr, here);
-    act_layer<MT, false>(params, net.layer[2], P, Q, stages, 0, nullptr, here);
-    act_layer<MT, true>(params, net.layer[3], Q, P, stages, out_w, y == nullptr ? y : y + first * out_w, here);
+    act_layer_any<MT, false>(params, net.layer[0], P, Q, stages, 0, nullptr, here);
+    act_layer_any<MT, false>(params, net.layer[1], Q, P, stages, 0, nullptr, here);
+    act_layer_any<MT, false>(params, net.layer[2], P, Q, stages, 0, nullptr, here);
+    act_layer_any<MT, true>(heads, net.layer[3], Q, P, stages, out_w, y == nullptr ? y : y + first * out_w, here);
 
     head_means(P, shape, na, here, out_w, Q);
     __syncthreads();
     head_q_rows(P, Q, shape, na, v_min, v_max, here, lpa, q + first * A);
 }
 
-// The entry points, one per rows-per-block R = 16 MT (the host picks by the number of rows).
+// The entry points, one per rows-per-block R = 16 MT (the host picks by the number of rows):
+// `params` the online network's flat parameters, `heads` its dense head matrix.
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 qnet_act_rows16(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ params,
-    const ActNet net, const BranchShape shape, unsigned int na, float v_min, float v_max, unsigned int lpa,
-    float* __restrict__ y, float* __restrict__ q) {
-    act_forward<1>(x, rows, params, net, shape, na, v_min, v_max, lpa, y, q);
+    const float* __restrict__ heads, const ActNet net, const BranchShape shape, unsigned int na, float v_min,
+    float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<1>(x, rows, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
 }
 
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 qnet_act_rows32(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ params,
-    const ActNet net, const BranchShape shape, unsigned int na, float v_min, float v_max, unsigned int lpa,
-    float* __restrict__ y, float* __restrict__ q) {
-    act_forward<2>(x, rows, params, net, shape, na, v_min, v_max, lpa, y, q);
+    const float* __restrict__ heads, const ActNet net, const BranchShape shape, unsigned int na, float v_min,
+    float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<2>(x, rows, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
 }

@@ -818,7 +818,8 @@ impl QNet {
             lpa: self.head.head_q.lpa as u32,
         };
         let io = act::ActIo { x, rows: r, y: if a.outputs { Some(&mut a.y) } else { None }, q: &mut a.q };
-        act::launch(&self.stream, &self.fused, &self.params.slice(..d.params), head, io)
+        let online = act::ActParams { params: self.params.slice(..d.params), heads: self.heads_w.slice(..(d.hw + 1) * d.ow) };
+        act::launch(&self.stream, &self.fused, online, head, io)
     }
 
     /// The rows per `qnet_act` block that acting on `rows` states runs with, or None when it
@@ -845,8 +846,9 @@ impl QNet {
 
     /// Acting in one launch (`qnet_act`, on by default) where its rule picks it; `false`:
     /// always layer by layer. Like [`QNet::set_tf32`], applies to launches made after it,
-    /// not to a graph already captured. qnet_act reads the online parameters as they are at
-    /// each launch, so nothing needs rebuilding after set_params or an optimizer step.
+    /// not to a graph already captured. qnet_act reads the online parameters and the dense
+    /// head matrix (which set_params and the optimizer step keep with them) as they are at
+    /// each launch, so nothing needs rebuilding after either.
     pub fn set_act_fused(&mut self, on: bool) {
         self.act_fused = on;
     }

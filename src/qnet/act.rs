@@ -1,8 +1,9 @@
 //! `qnet_act` (cuda/qnet_act.cu): the online network's acting forward in one launch, from
 //! the states to Q, every activation in shared memory, its products in 3xTF32 on the tensor
 //! cores. This module describes the network to the kernel (`ActNet`: each layer's weight
-//! blocks in the flat parameters, the shared memory it needs), picks the rows per block, and
-//! launches it. Spec: the same as the layer-by-layer acting path (tallyho_oracle::qnet
+//! blocks, in the flat parameters for the trunk and in the online dense head matrix for the
+//! heads' outputs, and the shared memory it needs), picks the rows per block, and launches
+//! it. Spec: the same as the layer-by-layer acting path (tallyho_oracle::qnet
 //! `forward`, `head_q`), within `tolerance::gemm_chain_3xtf32`.
 
 use super::{spec, BranchShape, Dims, QNetConfig, MAX_BRANCHES};
@@ -36,32 +37,35 @@ const NO_ONES: u32 = u32::MAX;
 /// tiles of mma.m16n8k8 a warp).
 pub(super) const BLOCK_ROWS: [usize; 2] = [16, 32];
 
-/// Floats per activation row (k-major: input k of the block's rows at `k ld`): R + 8, so a
-/// warp's fragment loads hit distinct banks.
-fn activation_ld(rows: usize) -> usize {
-    rows + 8
+/// Floats of an activation buffer holding `inputs` inputs of `rows` rows (act_at: blocks of
+/// 8 inputs, each `rows x 8` floats as the tiles' A fragments).
+fn activation_floats(rows: usize, inputs: usize) -> usize {
+    rows * inputs.next_multiple_of(8)
 }
 
-/// `struct ActSegment` of cuda/qnet_act.cu: input rows `[x_off, x_off + fan_in)` into output
-/// columns `[col0, col0 + width)` at padded column `pcol0`, weights at `w + k ld + j` of the
-/// flat parameters, biases (the head-output layer) at `bias + j`, and whether `w` and `ld`
-/// allow 16-byte copies.
+/// `struct ActSegment` of cuda/qnet_act.cu: input rows `[x_off, x_off + fan_in)` into `width`
+/// staged columns at padded column `pcol0`, staged column j being output column `col0 + j`
+/// (the first `lead` not written: another head's, staged so the copies start aligned), weights
+/// at `w + k ld + j` of the layer's source (the flat parameters, or the dense head matrix for
+/// the heads' outputs), biases (the head-output layer) at `bias + j` of it. `x_off` is a
+/// multiple of 8 (the kernel's input blocks).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct ActSegment {
     x_off: u32,
     fan_in: u32,
     col0: u32,
+    lead: u32,
     width: u32,
     pcol0: u32,
     w: u32,
     ld: u32,
     bias: u32,
-    vec4: u32,
 }
 
-/// `struct ActLayer`: the segments, the padded width, the slices per pass, and the output row
-/// set to ones (the next trunk layer's bias row multiplies it; NO_ONES: none).
+/// `struct ActLayer`: the segments, the padded width, the slices per pass, the output row set
+/// to ones (the next trunk layer's bias row multiplies it; NO_ONES: none), and whether every
+/// segment's `w` and `ld` are multiples of 4 (16-byte copies; else 4-byte ones).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct ActLayer {
@@ -69,6 +73,7 @@ struct ActLayer {
     pwidth: u32,
     slices: u32,
     ones: u32,
+    vec4: u32,
     seg: [ActSegment; SEGMENTS],
 }
 
@@ -111,7 +116,11 @@ impl ActLayer {
     }
 }
 
-/// The network's four layers as qnet_act reads them from the flat parameters.
+/// The network's four layers as qnet_act reads them: the trunk from the flat parameters, the
+/// heads' outputs from the dense head matrix (`[(H + 1) x O]`, qnet_heads.cu: head h's block
+/// at its hidden rows and output columns, the biases in row H), each head's staging starting
+/// at the multiple of 8 at or below its first hidden row and of 4 at or below its first
+/// column (the rows and columns before are another head's: zero in this block's).
 fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) -> Result<[ActLayer; 4]> {
     if heads.len() > SEGMENTS {
         return Err(Error::Usage(format!("{} heads: qnet_act takes at most {SEGMENTS}", heads.len())));
@@ -121,34 +130,36 @@ fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) 
             .map(|t| t.offset)
             .ok_or_else(|| Error::Usage(format!("the Q-network layout has no tensor {name}")))
     };
-    // A segment (x_off, fan_in, col0, width, w, ld, bias).
-    type Seg = (usize, usize, usize, usize, usize, usize, usize);
+    // A segment (x_off, fan_in, col0, lead, width, w, ld, bias).
+    type Seg = (usize, usize, usize, usize, usize, usize, usize, usize);
     // A trunk layer: [w; b] ((fan_in + 1) x width, row-major) at `w`, its last row against
     // the input's ones row.
-    let trunk = |w: usize, fan_in: usize, width: usize| -> Vec<Seg> { vec![(0, fan_in + 1, 0, width, w, width, 0)] };
-    let bo = at("bo")?;
-    let mut head_segments = Vec::with_capacity(heads.len());
-    for (h, &(x_off, fan_in, col0, width)) in heads.iter().enumerate() {
-        let w = if h == 0 { at("wv2")? } else { at(&format!("wa2_{}", h - 1))? };
-        head_segments.push((x_off, fan_in, col0, width, w, width, bo + col0));
-    }
+    let trunk = |w: usize, fan_in: usize, width: usize| -> Vec<Seg> { vec![(0, fan_in + 1, 0, 0, width, w, width, 0)] };
+    let head_segments = heads
+        .iter()
+        .map(|&(row0, fan_in, col0, width)| {
+            let (x0, lead) = (row0 - row0 % 8, col0 % 4);
+            let c0 = col0 - lead;
+            (x0, fan_in + row0 - x0, c0, lead, lead + width, x0 * d.ow + c0, d.ow, d.hw * d.ow + c0)
+        })
+        .collect();
     let described = [trunk(at("w1")?, d.s, d.h1), trunk(at("w2")?, d.h1, d.h2), trunk(at("wh")?, d.h2, d.hw), head_segments];
     let ones = [u32_of(d.h1)?, u32_of(d.h2)?];
     let mut layers = [ActLayer::default(); 4];
     for (l, (layer, segments)) in layers.iter_mut().zip(&described).enumerate() {
         let (mut pcol, mut kmax) = (0, 0);
         layer.count = segments.len() as u32;
-        for (s, &(x_off, fan_in, col0, width, w, ld, bias)) in layer.seg.iter_mut().zip(segments) {
+        for (s, &(x_off, fan_in, col0, lead, width, w, ld, bias)) in layer.seg.iter_mut().zip(segments) {
             *s = ActSegment {
                 x_off: u32_of(x_off)?,
                 fan_in: u32_of(fan_in)?,
                 col0: u32_of(col0)?,
+                lead: u32_of(lead)?,
                 width: u32_of(width)?,
                 pcol0: u32_of(pcol)?,
                 w: u32_of(w)?,
                 ld: u32_of(ld)?,
                 bias: u32_of(bias)?,
-                vec4: u32::from(w % 4 == 0 && ld % 4 == 0),
             };
             pcol += width.next_multiple_of(WARP_COLS);
             kmax = kmax.max(fan_in);
@@ -156,6 +167,7 @@ fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) 
         layer.pwidth = u32_of(pcol)?;
         layer.slices = u32_of(kmax.div_ceil(KT))?;
         layer.ones = ones.get(l).copied().unwrap_or(NO_ONES);
+        layer.vec4 = u32::from(segments.iter().all(|s| s.5 % 4 == 0 && s.6 % 4 == 0));
     }
     Ok(layers)
 }
@@ -174,15 +186,15 @@ struct Plan {
 }
 
 impl Plan {
-    /// P and Q as the top of cuda/qnet_act.cu lays them out: k-major activations (rows of
-    /// `activation_ld` floats; each trunk output with its ones row), the staged head rows and
-    /// their means.
+    /// P and Q as the top of cuda/qnet_act.cu lays them out: the activations (act_at; each
+    /// trunk output with its ones row, each layer's input as far as its slices read), the
+    /// staged head rows and their means.
     fn of(d: Dims, layers: &[ActLayer; 4], rows: usize) -> Plan {
-        let ld = activation_ld(rows);
+        let act = |inputs: usize| activation_floats(rows, inputs);
         let staged = rows * d.ow + HEAD_PAD;
         let means = rows * d.kk * d.na + HEAD_PAD;
-        let p = [ld * layers[0].span(), ld * (d.h2 + 1), ld * layers[2].span(), staged];
-        let q = [ld * (d.h1 + 1), ld * layers[1].span(), ld * d.hw, ld * layers[3].span(), means];
+        let p = [act(layers[0].span()), act(d.h2 + 1), act(layers[2].span()), staged];
+        let q = [act(d.h1 + 1), act(layers[1].span()), act(d.hw), act(layers[3].span()), means];
         let floats = |v: &[usize]| v.iter().copied().max().unwrap_or(0).next_multiple_of(4);
         let (p_floats, q_floats) = (floats(&p), floats(&q));
         let smem = 4 * (p_floats + q_floats + STAGES * KT * STAGE_LD);
@@ -276,8 +288,14 @@ pub(super) struct ActHead<'a> {
     pub lpa: u32,
 }
 
+/// The online network as qnet_act reads it: its flat parameters and its dense head matrix.
+pub(super) struct ActParams<'a> {
+    pub params: CudaView<'a, f32>,
+    pub heads: CudaView<'a, f32>,
+}
+
 /// Launch `qnet_act` on `io.rows` rows (requires `fused.available()`).
-pub(super) fn launch(stream: &Arc<CudaStream>, fused: &Fused, online: &CudaView<f32>, head: ActHead, io: ActIo) -> Result<()> {
+pub(super) fn launch(stream: &Arc<CudaStream>, fused: &Fused, online: ActParams, head: ActHead, io: ActIo) -> Result<()> {
     let (f, plan) = fused
         .pick(io.rows)
         .ok_or_else(|| Error::Usage("qnet_act: the network does not fit one block's shared memory".into()))?;
@@ -285,7 +303,7 @@ pub(super) fn launch(stream: &Arc<CudaStream>, fused: &Fused, online: &CudaView<
         .map_err(|_| Error::Usage(format!("acting on {} rows: too many for one grid", io.rows)))?;
     let (rows64, null) = (io.rows as u64, 0u64);
     let mut l = stream.launch_builder(f);
-    l.arg(io.x).arg(&rows64).arg(online);
+    l.arg(io.x).arg(&rows64).arg(&online.params).arg(&online.heads);
     l.arg(&plan.net).arg(head.shape).arg(&head.na).arg(&head.v_min).arg(&head.v_max).arg(&head.lpa);
     match io.y {
         Some(y) => l.arg(y),
@@ -294,11 +312,12 @@ pub(super) fn launch(stream: &Arc<CudaStream>, fused: &Fused, online: &CudaView<
     l.arg(io.q);
     let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: plan.smem as u32 };
     // SAFETY: follows qnet_act_rows{R}'s signature (x [rows x (S + 1)], u64 rows, the online
-    // parameters, ActNet and BranchShape by value, u32 na, f32 v_min, v_max, u32 lpa, y [rows x
-    // ow] or null, q [rows x A]): the caller (QNet::act) checked x's length, passes the online
-    // parameters (whose layout layers_of read, so every segment's weights and biases lie
-    // inside them) and its Acting's y and q (rows x ow, rows x qw); the function's dynamic
-    // shared memory limit was raised to plan.smem in Fused::new.
+    // parameters and dense head matrix, ActNet and BranchShape by value, u32 na, f32 v_min,
+    // v_max, u32 lpa, y [rows x ow] or null, q [rows x A]): the caller (QNet::act) checked
+    // x's length, passes the online parameters and its (H + 1) x O head matrix (whose layouts
+    // layers_of read, so every segment's weights and biases lie inside them) and its Acting's
+    // y and q (rows x ow, rows x qw); the function's dynamic shared memory limit was raised to
+    // plan.smem in Fused::new.
     unsafe { l.launch(cfg) }?;
     Ok(())
 }
@@ -306,41 +325,59 @@ pub(super) fn launch(stream: &Arc<CudaStream>, fused: &Fused, online: &CudaView<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qnet::heads_of;
+    use crate::qnet::{heads_index, heads_of};
     use tallyho_oracle::qnet as spec;
 
-    /// The weight (or, `bias`, the bias) of padded column `pc` at input row `k` as qnet_act
-    /// stages it from the flat parameters: its parameter index, None for a zero-filled copy.
-    fn staged_index(layer: &ActLayer, pc: usize, k: usize) -> Option<usize> {
+    /// The staged column of padded column `pc` that qnet_act writes out (past a segment's
+    /// lead, inside its width): (segment, staged column).
+    fn written(layer: &ActLayer, pc: usize) -> Option<(ActSegment, usize)> {
         let seg = layer.segment_of(pc);
-        let local = pc.checked_sub(seg.pcol0 as usize).filter(|&l| pc < layer.pwidth as usize && l < seg.width as usize)?;
+        let local = pc.checked_sub(seg.pcol0 as usize)?;
+        (pc < layer.pwidth as usize && local >= seg.lead as usize && local < seg.width as usize).then_some((seg, local))
+    }
+
+    /// The weight of written padded column `pc` at input row `k` as qnet_act stages it: its
+    /// index in the layer's source, None for a zero-filled copy.
+    fn staged_index(layer: &ActLayer, pc: usize, k: usize) -> Option<usize> {
+        let (seg, local) = written(layer, pc)?;
         (k < seg.fan_in as usize).then(|| seg.w as usize + k * seg.ld as usize + local)
     }
 
-    /// The forward as qnet_act computes it from the flat parameters (its segments, slices,
-    /// zero fills, ones rows and head biases), in f64: the head-output rows with their bias.
+    /// The layers' sources as qnet_act reads them: the flat parameters (trunk) and the dense
+    /// head matrix qnet_heads_scatter builds from them (heads' outputs), and for each dense
+    /// position the parameter it holds.
+    fn sources(cfg: &QNetConfig, params: &[f32]) -> (Vec<f32>, Vec<Option<usize>>) {
+        let d = Dims::of(cfg, 1);
+        let wv2 = spec::tensor(cfg, "wv2").unwrap().offset;
+        let (mut dense, mut owner) = (vec![0.0; (d.hw + 1) * d.ow], vec![None; (d.hw + 1) * d.ow]);
+        for (e, &pos) in heads_index(cfg).iter().enumerate() {
+            dense[pos as usize] = params[wv2 + e];
+            owner[pos as usize] = Some(wv2 + e);
+        }
+        (dense, owner)
+    }
+
+    /// The forward as qnet_act computes it from its sources (its segments, slices, zero
+    /// fills, leads, ones rows and head biases), in f64: the head-output rows with their bias.
     fn staged_forward(cfg: &QNetConfig, params: &[f32], states: &[f32]) -> Vec<f64> {
         let d = Dims::of(cfg, 1);
         let layers = layers_of(cfg, d, &heads_of(cfg)).unwrap();
         let widths = [d.h1, d.h2, d.hw, d.ow];
-        let p = |i: usize| f64::from(params[i]);
+        let (dense, _) = sources(cfg, params);
         let mut act: Vec<Vec<f64>> = states.chunks_exact(d.s).map(|r| r.iter().map(|&v| f64::from(v)).chain([1.0]).collect()).collect();
         for (l, (layer, &width)) in layers.iter().zip(&widths).enumerate() {
+            let src = |i: usize| f64::from(if l == 3 { dense[i] } else { params[i] });
             act = act
                 .iter()
                 .map(|x| {
                     let mut out = vec![0.0; width];
                     for pc in 0..layer.passes() * COLS {
-                        let seg = layer.segment_of(pc);
-                        if pc >= layer.pwidth as usize || pc - seg.pcol0 as usize >= seg.width as usize {
-                            continue;
-                        }
-                        let local = pc - seg.pcol0 as usize;
-                        let mut sum = if l == 3 { p(seg.bias as usize + local) } else { 0.0 };
+                        let Some((seg, local)) = written(layer, pc) else { continue };
+                        let mut sum = if l == 3 { src(seg.bias as usize + local) } else { 0.0 };
                         for k in 0..layer.slices as usize * KT {
                             // Past the layer's input: a finite value the zero weight cancels.
                             let xin = x.get(seg.x_off as usize + k).copied().unwrap_or(7.0);
-                            sum += xin * staged_index(layer, pc, k).map_or(0.0, p);
+                            sum += xin * staged_index(layer, pc, k).map_or(0.0, src);
                         }
                         out[seg.col0 as usize + local] = if l < 3 { sum.max(0.0) } else { sum };
                     }
@@ -363,21 +400,27 @@ mod tests {
             let params = spec::init_params(&cfg);
             let d = Dims::of(&cfg, 1);
             let layers = layers_of(&cfg, d, &heads_of(&cfg)).unwrap();
+            let (_, owner) = sources(&cfg, &params);
+            // The parameter a staged weight holds: itself (trunk), or the dense position's
+            // (heads' outputs; None off the blocks, where the matrix holds zeros: the rows
+            // staged before a head's first, for alignment).
+            let param = |l: usize, i: usize| if l == 3 { owner[i] } else { Some(i) };
             let mut seen = vec![0u32; params.len()];
             for (l, layer) in layers.iter().enumerate() {
                 for pc in 0..layer.passes() * COLS {
                     for k in 0..layer.slices as usize * KT {
-                        if let Some(i) = staged_index(layer, pc, k) {
-                            seen[i] += 1;
+                        if let Some(p) = staged_index(layer, pc, k).and_then(|i| param(l, i)) {
+                            seen[p] += 1;
                         }
                     }
-                    let seg = layer.segment_of(pc);
-                    if l == 3 && pc < layer.pwidth as usize && pc - (seg.pcol0 as usize) < seg.width as usize {
-                        seen[seg.bias as usize + pc - seg.pcol0 as usize] += 1;
+                    if let (3, Some((seg, local))) = (l, written(layer, pc)) {
+                        seen[param(l, seg.bias as usize + local).expect("the bias row is on the blocks")] += 1;
                     }
                 }
-                // A segment's warps never straddle two segments.
-                assert!(layer.segments().iter().all(|s| s.pcol0 as usize % WARP_COLS == 0), "{cfg:?}");
+                // A segment's warps never straddle two segments, its inputs start a block of
+                // 8, and 16-byte copies start aligned.
+                assert!(layer.segments().iter().all(|s| s.pcol0 as usize % WARP_COLS == 0 && s.x_off % 8 == 0), "{cfg:?}");
+                assert!(layer.vec4 == 0 || layer.segments().iter().all(|s| s.w % 4 == 0 && s.ld % 4 == 0), "{cfg:?}");
             }
             assert!(seen.iter().all(|&n| n == 1), "{cfg:?}: a parameter staged {:?} times", seen.iter().find(|&&n| n != 1));
             let states: Vec<f32> = (0..3 * cfg.state_dim).map(|i| ((i * 7919) % 13) as f32 / 6.0 - 1.0).collect();
@@ -398,5 +441,15 @@ mod tests {
         // 227 KiB: the opt-in shared memory per block of sm_90.
         let smem = Plan::of(d, &layers, 32).smem;
         assert!(smem <= 227 * 1024, "{smem} bytes");
+    }
+
+    #[test]
+    fn the_default_network_stages_every_layer_with_16_byte_copies() {
+        let cfg = QNetConfig::default();
+        let d = Dims::of(&cfg, 1);
+        let layers = layers_of(&cfg, d, &heads_of(&cfg)).unwrap();
+        for (l, layer) in layers.iter().enumerate() {
+            assert_eq!(layer.vec4, 1, "layer {l}: {:?}", layer.segments());
+        }
     }
 }
