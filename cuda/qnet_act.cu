@@ -39,14 +39,17 @@
 // rows.
 //
 // Work split of a layer: passes of ACT_COLS padded columns, each in slices of ACT_KT input
-// rows, ACT_STAGES slices in flight (cp.async, zero-filled past a segment's fan-in or
-// width; 16-byte copies where the layer's rows allow, else 4-byte). ACT_GROUPS groups of 8
-// warps split a slice's inputs (group i takes its inputs 8 i .. 8 i + 8), so each
-// multiprocessor has 16 warps to hide the tensor cores' latency; in a group, warp w owns
-// columns [32 w, 32 w + 32) of the pass and all R rows: MT = R / 16 row tiles by 4 column
-// tiles of mma.m16n8k8, 16 MT accumulators a lane. At the end of a pass group 0 adds group
-// 1's sums and writes the outputs. Thread i copies the 4 columns at 4 (i % 64) of staged
-// rows i / 64 + 8 j: one segment's for the whole pass.
+// rows (cp.async, zero-filled past a segment's fan-in or width; 16-byte copies where the
+// layer's rows allow, else 4-byte). The slices of the whole forward are one stream through
+// ACT_STAGES = 2 stages (ActStream): each slice's copies are issued while the one before is
+// computed, across passes and layers too, so no pass waits for its first slice. ACT_GROUPS
+// groups of 8 warps split a slice's inputs (group i takes its ACT_KSTEPS blocks of 8 from
+// 8 ACT_KSTEPS i), so each multiprocessor has 16 warps to hide the tensor cores' latency; in
+// a group, warp w owns columns [32 w, 32 w + 32) of the pass and all R rows: MT = R / 16 row
+// tiles by 4 column tiles of mma.m16n8k8, 16 MT accumulators a lane. At the end of a pass
+// group 0 adds group 1's sums (left in the stage just computed) and writes the outputs.
+// Thread i copies the 4 columns at 4 (i % 64) of staged rows i / 64 + 8 j: one segment's for
+// the whole pass.
 //
 // Layouts (floats), so that every fragment load is one instruction into the registers the
 // mma reads (no moves) and each quarter-warp phase hits 32 distinct banks. Activations (a
@@ -81,8 +84,9 @@
 #define ACT_THREADS (ACT_GROUPS * ACT_GROUP)
 #define ACT_WARP_COLS 32
 #define ACT_COLS (ACT_WARPS * ACT_WARP_COLS)
-#define ACT_KT 16
-#define ACT_STAGES 4
+#define ACT_KT 32
+#define ACT_STAGES 2
+#define ACT_KSTEPS (ACT_KT / (8 * ACT_GROUPS))
 #define ACT_STAGE_LD (ACT_COLS + 8)
 #define ACT_SEGMENTS (QNET_MAX_BRANCHES + 1)
 #define ACT_LAYERS 4
@@ -152,7 +156,7 @@ struct ActCopy {
     const float* src;
     const float* base;
     unsigned long long ld;
-    unsigned int k, fan_in, n, dst;
+    unsigned int k, fan_in, n, dst, vec4;
 };
 
 __device__ __forceinline__ ActCopy act_copy_of(const float* __restrict__ src, const ActLayer& L, unsigned int p0) {
@@ -160,17 +164,16 @@ __device__ __forceinline__ ActCopy act_copy_of(const float* __restrict__ src, co
     const unsigned int cc = threadIdx.x % chunks, kk = threadIdx.x / chunks, p = p0 + 4 * cc;
     const ActSegment s = act_segment(L, p);
     const unsigned int dst = kk * ACT_STAGE_LD + 4 * cc;
-    ActCopy c{src, src, 0, kk, 0, 0, dst};
+    ActCopy c{src, src, 0, kk, 0, 0, dst, L.vec4};
     if (p < L.pwidth && p - s.pcol0 < s.width) {
         const float* first = src + s.w + (p - s.pcol0);
-        c = ActCopy{first + (unsigned long long)kk * s.ld, first, s.ld, kk, s.fan_in, min(4u, s.width - (p - s.pcol0)), dst};
+        c = ActCopy{first + (unsigned long long)kk * s.ld, first, s.ld, kk, s.fan_in, min(4u, s.width - (p - s.pcol0)), dst, L.vec4};
     }
     return c;
 }
 
 // The copy's next slice into `stage` (zeros past fan_in and past the segment's width), and
 // the copy moved on to the slice after it.
-template <bool VEC4>
 __device__ __forceinline__ void act_stage(float* stage, ActCopy& c) {
     constexpr unsigned int rows_per = ACT_THREADS / (ACT_COLS / 4);
     static_assert(ACT_KT % rows_per == 0, "a slice is whole rows of copies for every thread");
@@ -179,7 +182,7 @@ __device__ __forceinline__ void act_stage(float* stage, ActCopy& c) {
         const bool in = c.k + j * rows_per < c.fan_in;
         const float* row = in ? c.src + j * rows_per * c.ld : c.base;
         float* dst = stage + c.dst + j * rows_per * ACT_STAGE_LD;
-        if constexpr (VEC4) {
+        if (c.vec4) {
             act_cp_async16(dst, row, in ? 4 * c.n : 0);
         } else {
 #pragma unroll
@@ -241,29 +244,42 @@ __device__ __forceinline__ void act_slice(float (&acc)[MT][4][4], const float* x
         for (int n = 0; n < 4; ++n) act_mma(acc[m][n], ah[m], bh[n]);
 }
 
-// One layer (see the top of the file), its weights (and biases) in `src`. Hidden layers
-// (HEAD false): out = relu(acc) as the next layer's input (act_at), and its input L.ones set
-// to 1 if any. The head-output layer: out[r][c] (row-major, out_w wide) = acc + bias, and
-// y[r][c] = acc for rows below `here` if y is not null.
-template <int MT, bool HEAD, bool VEC4>
-__device__ __forceinline__ void act_layer(const float* __restrict__ src, const ActLayer& L, const float* in,
-                                          float* out, float* stages, unsigned int out_w, float* __restrict__ y,
-                                          unsigned int here) {
+// The slices of the whole forward are one stream: every layer's passes in order, every
+// pass's slices in order, stream slice u in stage u % ACT_STAGES, each slice's copies issued
+// while the one before is computed (across passes and layers too, so no pass waits for its
+// first slice). `copy` is the stream's next slice to issue, `u` the next to compute.
+struct ActStream {
+    ActCopy copy;
+    unsigned int u;
+};
+
+// One layer (see the top of the file), its weights (and biases) in `src`; `next` (null for
+// the last) the layer after it, whose weights are in `next_src`. Hidden layers (HEAD
+// false): out = relu(acc) as the next layer's input (act_at), and its input L.ones set to 1
+// if any. The head-output layer: out[r][c] (row-major, out_w wide) = acc + bias, and y[r][c]
+// = acc for rows below `here` if y is not null. On entry the stream's slice u (the layer's
+// first) is in flight.
+template <int MT, bool HEAD>
+__device__ __forceinline__ void act_layer(const float* __restrict__ src, const ActLayer& L,
+                                          const float* __restrict__ next_src, const ActLayer* next, ActStream& st,
+                                          const float* in, float* out, float* stages, unsigned int out_w,
+                                          float* __restrict__ y, unsigned int here) {
     constexpr unsigned int R = 16 * MT, STAGE = ACT_KT * ACT_STAGE_LD;
-    static_assert(ACT_KT == 8 * ACT_GROUPS, "a slice is 8 inputs for each group");
+    static_assert(ACT_KT == 8 * ACT_GROUPS * ACT_KSTEPS, "a slice is ACT_KSTEPS blocks of 8 inputs for each group");
+    static_assert(ACT_STAGES == 2, "one slice in flight while one is computed: the pass's partial sums take the other");
+    static_assert(16 * MT * ACT_GROUP <= STAGE, "group 1's sums fit one stage");
     const unsigned int group = threadIdx.x / ACT_GROUP, gt = threadIdx.x % ACT_GROUP;
     const unsigned int warp = gt / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const unsigned int slices = L.slices;
     for (unsigned int p0 = 0; p0 < L.pwidth; p0 += ACT_COLS) {
-        ActCopy copy = act_copy_of(src, L, p0);
         const unsigned int wp = p0 + ACT_WARP_COLS * warp;  // the warp's first padded column
         const ActSegment seg = act_segment(L, wp);
         const unsigned int wlocal = wp - seg.pcol0;  // its first staged column in the segment
         const bool busy = wp < L.pwidth && wlocal < seg.width;
         // The lane's fragments of slice 0: its A float4 in the group's input block, its B
         // element in the group's staged rows.
-        const float* xq = in + ((seg.x_off / 8 + group) * MT * 32 + lane) * 4;
-        const unsigned int wb = (8 * group + t) * ACT_STAGE_LD + ACT_WARP_COLS * warp + g;
+        const float* xq = in + ((seg.x_off / 8 + ACT_KSTEPS * group) * MT * 32 + lane) * 4;
+        const unsigned int wb = (8 * ACT_KSTEPS * group + t) * ACT_STAGE_LD + ACT_WARP_COLS * warp + g;
         float acc[MT][4][4];
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -272,23 +288,26 @@ __device__ __forceinline__ void act_layer(const float* __restrict__ src, const A
 #pragma unroll
                 for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
 
+        for (unsigned int s = 0; s < slices; ++s, ++st.u, xq += (ACT_KT / 8) * MT * 128) {
+            act_cp_async_wait<0>();
+            __syncthreads();  // slice u is in for every thread; every warp is done with u - 1
+            // The stream's next slice: this pass's, the next pass's first, the next layer's first.
+            if (s + 1 == slices && p0 + ACT_COLS < L.pwidth) st.copy = act_copy_of(src, L, p0 + ACT_COLS);
+            if (s + 1 == slices && p0 + ACT_COLS >= L.pwidth && next != nullptr) st.copy = act_copy_of(next_src, *next, 0);
+            if (s + 1 < slices || p0 + ACT_COLS < L.pwidth || next != nullptr) act_stage(stages + ((st.u + 1) % ACT_STAGES) * STAGE, st.copy);
+            act_cp_async_commit();
+            if (busy) {
+                const float* w = stages + (st.u % ACT_STAGES) * STAGE + wb;
 #pragma unroll
-        for (unsigned int s = 0; s < ACT_STAGES - 1; ++s) {
-            if (s < slices) act_stage<VEC4>(stages + s * STAGE, copy);
-            act_cp_async_commit();
+                for (unsigned int j = 0; j < ACT_KSTEPS; ++j) act_slice<MT>(acc, xq + j * MT * 128, w + 8 * j * ACT_STAGE_LD);
+            }
         }
-        for (unsigned int s = 0; s < slices; ++s, xq += (ACT_KT / 8) * MT * 128) {
-            act_cp_async_wait<ACT_STAGES - 2>();
-            __syncthreads();
-            if (s + ACT_STAGES - 1 < slices) act_stage<VEC4>(stages + ((s + ACT_STAGES - 1) % ACT_STAGES) * STAGE, copy);
-            act_cp_async_commit();
-            if (busy) act_slice<MT>(acc, xq, stages + (s % ACT_STAGES) * STAGE + wb);
-        }
-        __syncthreads();  // every warp is done with the stages: they take group 1's sums now
+        __syncthreads();  // every warp is done with the last slice's stage: it takes group 1's sums
 
-        // Group 1 leaves its sums in float4 slots [MT 4][ACT_GROUP] (conflict-free); group 0
-        // adds them, then writes the outputs.
-        float4* partial = reinterpret_cast<float4*>(stages);
+        // Group 1 leaves its sums in float4 slots [MT 4][ACT_GROUP] (conflict-free) of the
+        // stage of the slice just computed (the stream's next is in flight into the other);
+        // group 0 adds them, then writes the outputs.
+        float4* partial = reinterpret_cast<float4*>(stages + ((st.u - 1) % ACT_STAGES) * STAGE);
         if (group == 1 && busy) {
 #pragma unroll
             for (int m = 0; m < MT; ++m)
@@ -306,7 +325,7 @@ __device__ __forceinline__ void act_layer(const float* __restrict__ src, const A
                     acc[m][n][0] += o.x, acc[m][n][1] += o.y, acc[m][n][2] += o.z, acc[m][n][3] += o.w;
                 }
         }
-        __syncthreads();  // the sums are read before the next pass refills the stages
+        __syncthreads();  // the sums are read before the stream refills their stage
 
         if (group == 0 && busy) {
             // acc[m][n][2 h + e] = C[16 m + g + 8 h][8 n + 2 t + e] (c0..c3 of the PTX layout).
@@ -338,17 +357,6 @@ __device__ __forceinline__ void act_layer(const float* __restrict__ src, const A
     __syncthreads();  // the layer's output is complete
 }
 
-// A layer with the copies its segments allow.
-template <int MT, bool HEAD>
-__device__ __forceinline__ void act_layer_any(const float* __restrict__ src, const ActLayer& L, const float* in,
-                                              float* out, float* stages, unsigned int out_w, float* __restrict__ y,
-                                              unsigned int here) {
-    if (L.vec4)
-        act_layer<MT, HEAD, true>(src, L, in, out, stages, out_w, y, here);
-    else
-        act_layer<MT, HEAD, false>(src, L, in, out, stages, out_w, y, here);
-}
-
 template <int MT>
 __device__ __forceinline__ void act_forward(const float* __restrict__ x, unsigned long long rows,
                                             const float* __restrict__ params, const float* __restrict__ heads,
@@ -364,6 +372,10 @@ __device__ __forceinline__ void act_forward(const float* __restrict__ x, unsigne
     const unsigned int here = (unsigned int)min((unsigned long long)R, rows - first);
     const unsigned int out_w = shape.out[shape.count + 1], A = shape.q[shape.count];
 
+    // The stream's first slice, in flight while the activations are set up.
+    ActStream st{act_copy_of(params, net.layer[0], 0), 0};
+    act_stage(stages, st.copy);
+    act_cp_async_commit();
     for (unsigned int i = 4 * threadIdx.x; i < net.p_floats + net.q_floats; i += 4 * blockDim.x)
         *reinterpret_cast<float4*>(P + i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     __syncthreads();
@@ -375,10 +387,10 @@ __device__ __forceinline__ void act_forward(const float* __restrict__ x, unsigne
     if (threadIdx.x < R) P[act_at<MT>(threadIdx.x, net.s)] = 1.0f;
     __syncthreads();
 
-    act_layer_any<MT, false>(params, net.layer[0], P, Q, stages, 0, nullptr, here);
-    act_layer_any<MT, false>(params, net.layer[1], Q, P, stages, 0, nullptr, here);
-    act_layer_any<MT, false>(params, net.layer[2], P, Q, stages, 0, nullptr, here);
-    act_layer_any<MT, true>(heads, net.layer[3], Q, P, stages, out_w, y == nullptr ? y : y + first * out_w, here);
+    act_layer<MT, false>(params, net.layer[0], params, &net.layer[1], st, P, Q, stages, 0, nullptr, here);
+    act_layer<MT, false>(params, net.layer[1], params, &net.layer[2], st, Q, P, stages, 0, nullptr, here);
+    act_layer<MT, false>(params, net.layer[2], heads, &net.layer[3], st, P, Q, stages, 0, nullptr, here);
+    act_layer<MT, true>(heads, net.layer[3], nullptr, nullptr, st, Q, P, stages, out_w, y == nullptr ? y : y + first * out_w, here);
 
     head_means(P, shape, na, here, out_w, Q);
     __syncthreads();

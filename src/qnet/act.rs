@@ -20,11 +20,11 @@ const WARP_COLS: usize = 32;
 /// Padded columns of a pass (`ACT_COLS`).
 const COLS: usize = 8 * WARP_COLS;
 /// Input rows per staged slice (`ACT_KT`).
-const KT: usize = 16;
+const KT: usize = 32;
 /// Floats of a staged row (`ACT_STAGE_LD`).
 const STAGE_LD: usize = COLS + 8;
-/// Slices in flight (`ACT_STAGES`).
-const STAGES: usize = 4;
+/// Stages the slices stream through (`ACT_STAGES`): one in flight while one is computed.
+const STAGES: usize = 2;
 /// Segments a layer may have (`ACT_SEGMENTS`): the value head and one per branch.
 const SEGMENTS: usize = MAX_BRANCHES + 1;
 /// Floats of padding after the staged head rows and after their means (a head slot past NA
