@@ -21,72 +21,88 @@ __device__ __forceinline__ float exp_ftz(float x) {
 }
 
 // mean: each branch's advantage mean per atom, once per (row, branch, z), in order j, into
-// mean [here][K][NA]; the block's threads take the (row, branch, z) triples in turn.
+// mean [here][K][NA]. A thread keeps one (branch, z) column (or, with fewer threads than
+// columns, one column at a time) and takes the rows in turn: blockDim / (K NA) rows in
+// parallel, so no item pays a division for its place.
 template <typename Real>
 __device__ __forceinline__ void head_means(const Real* staged, const BranchShape& shape, unsigned int na,
                                            unsigned int here, unsigned int out_w, Real* mean) {
     const unsigned int mean_w = shape.count * na;
-    for (unsigned int i = threadIdx.x; i < here * mean_w; i += blockDim.x) {
-        const unsigned int r = i / mean_w, kz = i - r * mean_w;
+    const unsigned int cols = min(mean_w, blockDim.x), rows_at_once = blockDim.x / cols;
+    const unsigned int r0 = threadIdx.x / cols;
+    if (r0 >= rows_at_once) return;  // no barrier follows inside
+    for (unsigned int kz = threadIdx.x - r0 * cols; kz < mean_w; kz += cols) {
         const unsigned int k = kz / na, z = kz - k * na, n = shape.n[k];
-        const Real* a = staged + r * out_w + shape.out[k + 1] + z;
-        Real sum = 0;
-        for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
-        mean[i] = sum / (Real)n;
+        const Real* a0 = staged + shape.out[k + 1] + z;
+        for (unsigned int r = r0; r < here; r += rows_at_once) {
+            const Real* a = a0 + r * out_w;
+            Real sum = 0;
+            for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
+            mean[r * mean_w + kz] = sum / (Real)n;
+        }
     }
 }
 
 // softmax and Q of the staged rows: a group of `lpa` lanes (a power of two <= 32, so a group
-// never straddles a warp) per (row, action), the block's groups taking (row, action) pairs in
-// turn; lane l holds atoms z = l, l + lpa, ... (at most QNET_HEAD_Q_SLOTS) in registers, and
-// the group reduces max, sum e and sum e z by butterflies; Q = sum e z / sum e. `staged` is
-// [here][out_w] with at least 31 readable floats after `mean` [here][K][NA] (a slot past NA
-// reads padding, masked); q [here][A] from the block's first row. blockDim.x is a multiple of 32.
+// never straddles a warp) per (row, action); lane l holds atoms z = l, l + lpa, ... (at most
+// QNET_HEAD_Q_SLOTS) in registers, and the group reduces max, sum e and sum e z by
+// butterflies; Q = sum e z / sum e. A group keeps one action (min(A, groups) actions in
+// parallel, then the next chunk of actions) and takes the rows in turn, so its branch is
+// found once; every loop's trip count is the same for the whole block, so all 32 lanes of a
+// warp run each butterfly (full-mask shuffles, no convergence checks): a group without an
+// item reads row 0 and writes nothing. `staged` is [here][out_w] with at least 31 readable
+// floats after `mean` [here][K][NA] (a slot past NA reads padding, masked); q [here][A] from
+// the block's first row. blockDim.x is a multiple of 32.
 __device__ __forceinline__ void head_q_rows(const float* staged, const float* mean, const BranchShape& shape,
                                             unsigned int na, float v_min, float v_max, unsigned int here,
                                             unsigned int lpa, float* __restrict__ q) {
     const unsigned int nbranch = shape.count, A = shape.q[nbranch];
     const unsigned int out_w = shape.out[nbranch + 1], mean_w = nbranch * na;
-    const unsigned int lane = threadIdx.x % lpa, warp_lane = threadIdx.x % 32;
-    const unsigned int mask = (lpa == 32 ? LANES_ALL : ((1u << lpa) - 1u)) << (warp_lane - lane);
+    const unsigned int lane = threadIdx.x % lpa, groups = blockDim.x / lpa, g = threadIdx.x / lpa;
+    const unsigned int acts = min(A, groups), rows_at_once = groups / acts;
+    const unsigned int r0 = g / acts, a_off = g - r0 * acts;
     const float neg_inf = __int_as_float(0xff800000);
     const float lo = v_min, dz = na > 1 ? (v_max - v_min) / (float)(na - 1) : 0.0f;
-    for (unsigned int g = threadIdx.x / lpa;; g += blockDim.x / lpa) {
-        const unsigned int r = g / A, act = g - r * A;
-        if (r >= here) return;  // the same for a group's lanes, which leave together
+    for (unsigned int a0 = 0; a0 < A; a0 += acts) {
+        const bool has_action = r0 < rows_at_once && a0 + a_off < A;
+        const unsigned int act = has_action ? a0 + a_off : 0;
         unsigned int k = 0;
         while (act >= shape.q[k + 1]) ++k;
-        const unsigned int j = act - shape.q[k];
-        const float* s = staged + r * out_w;
-        const float* a = s + shape.out[k + 1] + j * na;
-        const float* m = mean + r * mean_w + k * na;
-        float* out = q + r * A + act;
-        if (na == 1) {  // lpa = 1: the logit is Q
-            *out = (s[0] + a[0]) - m[0];
-            continue;
-        }
-        float l[QNET_HEAD_Q_SLOTS];
-        float mx = neg_inf;
+        const unsigned int a_col = shape.out[k + 1] + (act - shape.q[k]) * na, m_col = k * na;
+        for (unsigned int rb = 0; rb < here; rb += rows_at_once) {
+            const bool item = has_action && rb + r0 < here;
+            const unsigned int r = item ? rb + r0 : 0;
+            const float* s = staged + r * out_w;
+            const float* a = s + a_col;
+            const float* m = mean + r * mean_w + m_col;
+            float* out = q + r * A + act;
+            if (na == 1) {  // lpa = 1: the logit is Q
+                if (item) *out = (s[0] + a[0]) - m[0];
+                continue;
+            }
+            float l[QNET_HEAD_Q_SLOTS];
+            float mx = neg_inf;
 #pragma unroll
-        for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
-            if (i * lpa >= na) break;  // the same for the whole group
-            const unsigned int z = lane + i * lpa;
-            const float li = (s[z] + a[z]) - m[z];  // past NA: padding, masked here
-            l[i] = z < na ? li : neg_inf;
-            mx = fmaxf(mx, l[i]);
-        }
-        mx = group_max(mx, mask, lpa);
-        float se = 0.0f, sez = 0.0f;
+            for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
+                if (i * lpa >= na) break;  // the same for the whole block
+                const unsigned int z = lane + i * lpa;
+                const float li = (s[z] + a[z]) - m[z];  // past NA: padding, masked here
+                l[i] = z < na ? li : neg_inf;
+                mx = fmaxf(mx, l[i]);
+            }
+            mx = group_max(mx, LANES_ALL, lpa);
+            float se = 0.0f, sez = 0.0f;
 #pragma unroll
-        for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
-            if (i * lpa >= na) break;
-            const unsigned int z = lane + i * lpa;
-            const float e = exp_ftz(l[i] - mx);  // -inf past NA: 0
-            se += e;
-            sez = fmaf(e, support_atom(lo, dz, z), sez);
+            for (unsigned int i = 0; i < QNET_HEAD_Q_SLOTS; ++i) {
+                if (i * lpa >= na) break;
+                const unsigned int z = lane + i * lpa;
+                const float e = exp_ftz(l[i] - mx);  // -inf past NA: 0
+                se += e;
+                sez = fmaf(e, support_atom(lo, dz, z), sez);
+            }
+            se = group_sum(se, LANES_ALL, lpa);
+            sez = group_sum(sez, LANES_ALL, lpa);
+            if (item && lane == 0) *out = sez / se;
         }
-        se = group_sum(se, mask, lpa);
-        sez = group_sum(sez, mask, lpa);
-        if (lane == 0) *out = sez / se;
     }
 }
