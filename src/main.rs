@@ -47,6 +47,9 @@ enum Command {
     Kernels {
         #[arg(long, default_value = "sm_90")]
         arch: String,
+        /// Also write each kernel's PTX here, as `<kernel>.ptx` (for ptxas -v, cuobjdump).
+        #[arg(long)]
+        ptx: Option<PathBuf>,
     },
     /// Load and validate market data (or the embedded synthetic default) and summarise its
     /// bars, splits and features. No GPU needed.
@@ -201,11 +204,18 @@ fn run(cli: Cli) -> Result<()> {
             };
             report_fixture_check(&pairs)?;
         }
-        Command::Kernels { arch } => {
+        Command::Kernels { arch, ptx } => {
             let arch: &'static str = Box::leak(arch.into_boxed_str());
+            if let Some(dir) = &ptx {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating the PTX folder {}", dir.display()))?;
+            }
             for k in tallyho::runtime::KERNELS {
-                tallyho::runtime::compile(k, arch)?;
+                let code = tallyho::runtime::compile(k, arch)?;
                 println!("compiled cuda/{}.cu for {arch}: {}", k.name, k.entry_points.join(", "));
+                if let Some(dir) = &ptx {
+                    let path = dir.join(format!("{}.ptx", k.name));
+                    std::fs::write(&path, code.to_src()).with_context(|| format!("writing {}", path.display()))?;
+                }
             }
         }
         Command::Info => {
