@@ -176,8 +176,10 @@ fn with_transitions_per_s(mut rows: [BenchRow; 2], n: usize) -> [BenchRow; 2] {
 /// `tallyho bench env`: one experience timestep of N envs on the embedded synthetic market
 /// (state gather, the online Q-forward of the default C51 network, action select at
 /// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
-/// with env transitions/s = N / median (its Q-forward as `QNet::act` picks it: qnet_act at
-/// N = 4096, layer by layer at N = 256); and its parts: `q-forward (acting)` (as the step
+/// with env transitions/s = N / median (where acting runs qnet_act, N = 4096, the whole step
+/// is one launch, `experience_step`, and `experience step (chain)` is the same step as
+/// `state_gather`, qnet_act and `env_step`; at N = 256 the step is those three with the
+/// Q-forward layer by layer); and its parts: `q-forward (acting)` (as the step
 /// runs it, Q only), `q-forward (layers)` (layer by layer), `q-forward (qnet_act, R rows a
 /// block)` (the one-launch forward at each rows-per-block it fits), `env kernels`
 /// (`state_gather` and `env_step`, the environment's launches in the step; `env kernels
@@ -206,6 +208,13 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let mut run = Run { env, acting: net.acting(n)?.q_only() };
         let step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.env.step(&net, &mut r.acting))?;
         rows.extend(with_transitions_per_s(step, n));
+        if run.env.step_in_one_launch(&net) {
+            // The same step as the chain of three launches it replaces.
+            run.env.set_step_fused(false);
+            let chain = timing.both_modes(gpu, &mut run, "experience step (chain)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+            run.env.set_step_fused(true);
+            rows.extend(with_transitions_per_s(chain, n));
+        }
         rows.extend(timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
         net.set_act_fused(false);
         rows.extend(timing.both_modes(gpu, &mut run, "q-forward (layers)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);

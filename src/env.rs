@@ -7,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::graph::{GraphSlot, Phase};
 use crate::qnet::{Acting, QNet};
-use crate::runtime::{grid_stride, Gpu};
+use crate::runtime::{grid_stride, Gpu, Programmatic};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::env::{EnvConfig, EnvMarket, EnvState, Fills, Outcome, Split, PORTFOLIO_FEATURES};
@@ -71,6 +71,54 @@ struct ActionBranches {
 // SAFETY: plain old data of u32, laid out as the kernel's struct (repr(C)).
 unsafe impl cudarc::driver::DeviceRepr for ActionBranches {}
 
+/// `struct ActEnv` of cuda/experience_step.cu, field for field: what the experience step in
+/// one launch reads and writes of one [`Env`] (the device addresses of its market,
+/// portfolios and outputs, and its constants), a kernel argument. Built by [`Env::step`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExperienceEnv {
+    features: u64,
+    close: u64,
+    params: EnvParams,
+    state: StatePtrs,
+    branches: ActionBranches,
+    states: u64,
+    x: u64,
+    // EnvStepIo
+    epsilon: u64,
+    bid: u64,
+    ask: u64,
+    volatility: u64,
+    high: u64,
+    low: u64,
+    actions: u64,
+    filled: u64,
+    fill_price: u64,
+    reward: u64,
+    done: u64,
+    reason: u64,
+}
+
+// SAFETY: device addresses and the plain-old-data structs above, laid out as the kernel's
+// struct (repr(C): the same fields in the same order, so the same padding).
+unsafe impl cudarc::driver::DeviceRepr for ExperienceEnv {}
+
+impl ExperienceEnv {
+    pub fn envs(&self) -> usize {
+        self.params.envs as usize
+    }
+
+    /// S: the features and the portfolio's.
+    pub fn state_dim(&self) -> usize {
+        self.params.feature_dim as usize + PORTFOLIO_FEATURES
+    }
+
+    /// The Q-values row's width: every branch's actions.
+    pub fn actions(&self) -> usize {
+        self.branches.n[..self.branches.count as usize].iter().map(|&n| n as usize).sum()
+    }
+}
+
 /// The market as the kernels read it, uploaded once.
 struct DeviceMarket {
     features: CudaSlice<f32>,
@@ -130,6 +178,8 @@ pub struct Env {
     pub done: CudaSlice<f32>,
     pub reason: CudaSlice<i32>,
     step_graph: GraphSlot,
+    /// [`Env::step`] in one launch where the network allows (`experience_step`).
+    step_fused: bool,
 }
 
 fn check_market(m: &EnvMarket) -> Result<()> {
@@ -233,6 +283,7 @@ impl Env {
             done: s.alloc_zeros(e)?,
             reason: s.alloc_zeros(e)?,
             step_graph: GraphSlot::new("experience_step"),
+            step_fused: true,
         };
         env.upload_state(&EnvState::new(cfg, split))?;
         Ok(env)
@@ -444,48 +495,93 @@ impl Env {
             return Err(Error::Usage(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
         }
         let m = &self.market;
-        let mut l = self.stream.launch_builder(&self.k.env_step);
-        l.arg(q)
-            .arg(&self.branches)
-            .arg(&self.epsilon)
-            .arg(&m.bid)
-            .arg(&m.ask)
-            .arg(&m.volatility)
-            .arg(&m.high)
-            .arg(&m.low)
-            .arg(&self.params)
-            .arg(&self.ptrs)
-            .arg(&mut self.actions)
-            .arg(&mut self.filled)
-            .arg(&mut self.fill_price)
-            .arg(&mut self.reward)
-            .arg(&mut self.done)
-            .arg(&mut self.reason);
+        // Launched programmatically: its launch overlaps the Q-forward's tail (env_step
+        // waits for it before its first read).
+        let mut l = Programmatic::new(&self.stream, &self.k.env_step);
+        l.input(q)
+            .value(&self.branches)
+            .input(&self.epsilon)
+            .input(&m.bid)
+            .input(&m.ask)
+            .input(&m.volatility)
+            .input(&m.high)
+            .input(&m.low)
+            .value(&self.params)
+            .value(&self.ptrs)
+            .output(&mut self.actions)
+            .output(&mut self.filled)
+            .output(&mut self.fill_price)
+            .output(&mut self.reward)
+            .output(&mut self.done)
+            .output(&mut self.reason);
         // SAFETY: env_step(const float* q [N x A], ActionBranches, const float* epsilon [1],
         // const float* bid, ask, volatility, high, low [bars], EnvParams, EnvState, int*
         // actions [N x 3], int* filled [N], float* fill_price [N], float* reward [N], float*
         // done [N], int* reason [N]): q's length checked above, the rest as for
-        // action_select, fill_step and barriers, whose bodies it runs.
-        unsafe { l.launch(grid_stride(self.cfg.envs)) }?;
-        Ok(())
+        // action_select, fill_step and barriers, whose bodies it runs; it calls
+        // grid_wait_for_prior before anything else.
+        unsafe { l.launch(grid_stride(self.cfg.envs)) }
     }
 
-    /// One experience timestep, eagerly: state gather, the online Q-forward on the states
-    /// (`net.act`), then action select, fill and barriers as one launch (`env_step`). No
-    /// allocation, no host copy.
+    /// One experience timestep, eagerly: state gather, the online Q-forward on the states,
+    /// then action select, fill and barriers. Where the network acts on N rows by `qnet_act`
+    /// (and [`Env::set_step_fused`] is on, the default) all of it is one launch,
+    /// `experience_step`; else three, `state_gather`, `net.act` and `env_step`, with the same
+    /// outputs bit for bit. No allocation, no host copy.
     pub fn step(&mut self, net: &QNet, acting: &mut Acting) -> Result<()> {
         if acting.rows() != self.cfg.envs {
             return Err(Error::Usage(format!("acting buffers of {} rows for {} envs", acting.rows(), self.cfg.envs)));
+        }
+        if self.step_in_one_launch(net) {
+            return net.act_experience(&self.experience_env(), acting);
         }
         self.state_gather()?;
         net.act(&self.x, acting)?;
         self.env_step(&acting.q)
     }
 
+    /// Whether [`Env::step`] with `net` is the one launch `experience_step`.
+    pub fn step_in_one_launch(&self, net: &QNet) -> bool {
+        self.step_fused && net.act_block_rows(self.cfg.envs).is_some()
+    }
+
+    /// [`Env::step`] in one launch where the network allows (`true`, the default), or always
+    /// the chain of three (`false`: for benchmarks and the tests that compare the two).
+    pub fn set_step_fused(&mut self, on: bool) {
+        self.step_fused = on;
+    }
+
+    /// The addresses and constants the experience step in one launch takes.
+    fn experience_env(&self) -> ExperienceEnv {
+        let s = &self.stream;
+        let (m, p) = (&self.market, |b: &CudaSlice<f32>| b.device_ptr(s).0);
+        ExperienceEnv {
+            features: p(&m.features),
+            close: p(&m.close),
+            params: self.params,
+            state: self.ptrs,
+            branches: self.branches,
+            states: p(&self.states),
+            x: p(&self.x),
+            epsilon: p(&self.epsilon),
+            bid: p(&m.bid),
+            ask: p(&m.ask),
+            volatility: p(&m.volatility),
+            high: p(&m.high),
+            low: p(&m.low),
+            actions: self.actions.device_ptr(s).0,
+            filled: self.filled.device_ptr(s).0,
+            fill_price: p(&self.fill_price),
+            reward: p(&self.reward),
+            done: p(&self.done),
+            reason: self.reason.device_ptr(s).0,
+        }
+    }
+
     /// [`Env::step`] through the env's graph slot: eager once, then captured, then
     /// replayed (the network and acting buffers must stay the same).
     pub fn step_graphed(&mut self, net: &QNet, acting: &mut Acting) -> Result<()> {
-        let binding = acting.q.device_ptr(&self.stream).0 ^ (net as *const QNet as u64).rotate_left(17);
+        let binding = acting.q.device_ptr(&self.stream).0 ^ (net as *const QNet as u64).rotate_left(17) ^ self.step_in_one_launch(net) as u64;
         let stream = self.stream.clone();
         let mut slot = std::mem::replace(&mut self.step_graph, GraphSlot::new("experience_step"));
         let r = slot.run(&stream, binding, || self.step(net, acting));

@@ -25,6 +25,7 @@
 //! once and replays it.
 
 use crate::blas::{Blas, Engine, Epilogue, Layout};
+use crate::env::ExperienceEnv;
 use crate::error::{Error, Result};
 use crate::graph::{GraphSlot, Phase};
 use crate::optimizer::{Mirror, Optimizer};
@@ -822,6 +823,36 @@ impl QNet {
         act::launch(&self.stream, &self.fused, online, head, io)
     }
 
+    /// The whole experience step of `env`'s envs in one launch (`experience_step`): their
+    /// states gathered, the online Q-forward into `a.q`, their select, fill and barriers;
+    /// the outputs of `state_gather`, [`QNet::act`] and `env_step` in a row, bit for bit.
+    /// Only where acting on that many rows runs `qnet_act` ([`QNet::act_block_rows`]).
+    pub fn act_experience(&self, env: &ExperienceEnv, a: &mut Acting) -> Result<()> {
+        let d = self.d;
+        if self.act_block_rows(env.envs()).is_none() {
+            return Err(Error::Usage(format!(
+                "the experience step in one launch at {} envs: acting on that many rows runs layer by layer; step the chain (Env::set_step_fused(false))",
+                env.envs()
+            )));
+        }
+        if a.rows != env.envs() {
+            return Err(Error::Usage(format!("acting buffers of {} rows for {} envs", a.rows, env.envs())));
+        }
+        if env.state_dim() != d.s || env.actions() != d.qw {
+            return Err(Error::Usage(format!(
+                "envs of state width {} and {} actions for a network of {} inputs and {} actions: build the network from the env's state width and branches",
+                env.state_dim(),
+                env.actions(),
+                d.s,
+                d.qw
+            )));
+        }
+        let head = act::ActHead { shape: &self.shape, na: d.na as u32, v_min: self.cfg.v_min, v_max: self.cfg.v_max, lpa: self.head.head_q.lpa as u32 };
+        let online = act::ActParams { params: self.params.slice(..d.params), heads: self.heads_w.slice(..(d.hw + 1) * d.ow) };
+        let y = if a.outputs { Some(&mut a.y) } else { None };
+        act::launch_step(&self.stream, &self.fused, online, head, env, y, &mut a.q)
+    }
+
     /// The rows per `qnet_act` block that acting on `rows` states runs with, or None when it
     /// runs layer by layer ([`QNet::act`]): qnet_act where it is on ([`QNet::set_act_fused`]),
     /// the products are not TF32, and the rule of 32-row blocks filling the GPU picks it.
@@ -857,6 +888,13 @@ impl QNet {
     /// block, acting runs layer by layer).
     pub fn act_block_rows_available(&self) -> Vec<usize> {
         self.fused.fitting()
+    }
+
+    /// Whether `qnet_act` stages this network's weights by the aligned feed
+    /// (`qnet_act_aligned_rows{R}`: every staged row a run of whole 16-byte copies, as in the
+    /// default network) rather than the general one (zero-filled 16- or 4-byte copies).
+    pub fn act_aligned(&self) -> bool {
+        self.fused.aligned()
     }
 
     /// Benchmarking: force `qnet_act`'s rows per block (16 or 32 where they fit), or

@@ -8,7 +8,7 @@ mod gpu {
     use super::common::*;
     use std::path::Path;
     use tallyho::env::load_market;
-    use tallyho::parity::env::{check_experience, check_experience_graph};
+    use tallyho::parity::env::{check_experience, check_experience_fused, check_experience_graph};
     use tallyho_oracle::env::{EnvConfig, EnvMarket, Split, STOP_LOSS, TAKE_PROFIT, TIME_LIMIT};
 
     fn es_market() -> tallyho_oracle::features::Market {
@@ -39,6 +39,18 @@ mod gpu {
         // The Q-forward layer by layer (the default), then by the qnet_act option.
         for block_rows in [None, Some(32)] {
             assert_all(&check_experience_graph(&gpu, &cfg, &EnvMarket::of(&m), Split::train(&m), 20, block_rows).unwrap());
+        }
+    }
+
+    #[test]
+    fn the_experience_step_in_one_launch_is_bitwise_the_chain_of_three() {
+        let gpu = gpu();
+        let m = es_market();
+        // 783 envs: a partial last block at both rows per block; a 7-step limit, so that
+        // resets occur within the 12 steps.
+        let cfg = EnvConfig { envs: 783, max_steps: 7, dsr_eta: 0.02, ..EnvConfig::default() };
+        for block_rows in [16, 32] {
+            assert_all(&check_experience_fused(&gpu, &cfg, &EnvMarket::of(&m), Split::train(&m), 12, block_rows).unwrap());
         }
     }
 

@@ -37,7 +37,8 @@ mod gpu {
 
     /// The acting forward (the online network on N states) as QNet::act runs it: layer by
     /// layer at the update's batch sizes, and by qnet_act at the experience step's N = 4096
-    /// (32 rows a block, asserted; and off when turned off), both atom settings.
+    /// (32 rows a block and the aligned feed, asserted; and off when turned off), both atom
+    /// settings.
     #[test]
     fn acting_forward_matches_the_oracle_at_every_size_and_atom_setting() {
         sweep(parity::check_acting);
@@ -46,6 +47,7 @@ mod gpu {
             let case = QNetCase { atoms, state_dim: 15, batch: 4096, seed: 0x4096 };
             let mut st = QNetSetup::new(&gpu, &case).unwrap();
             assert_eq!(st.net.act_block_rows(4096), Some(32), "qnet_act is the default at N = 4096");
+            assert!(st.net.act_aligned(), "NA {atoms}: the default widths take the aligned feed");
             st.net.set_act_fused(false);
             assert_eq!(st.net.act_block_rows(4096), None, "qnet_act off: layer by layer");
             st.net.set_act_fused(true);
@@ -94,10 +96,21 @@ mod gpu {
         })
     }
 
+    /// The same with every staged row 16-byte aligned (the trunk's and heads' widths
+    /// multiples of 4, head-output rows of a multiple of 4 floats), as the default network:
+    /// the networks qnet_act stages by its aligned feed.
+    fn aligned_network() -> impl Strategy<Value = QNetConfig> {
+        (random_network(), prop::sample::select(vec![4usize, 12, 64])).prop_map(|(cfg, atoms)| {
+            let up = |w: usize| w.next_multiple_of(4);
+            QNetConfig { h1: up(cfg.h1), h2: up(cfg.h2), value_hidden: up(cfg.value_hidden), adv_hidden: up(cfg.adv_hidden), atoms, ..cfg }
+        })
+    }
+
     /// qnet_act, the one-launch acting forward, on random networks and row counts (a last
     /// block with fewer rows than the block takes, fewer rows than one block) at every rows-
-    /// per-block the network fits: the head-output rows within the GEMM chain's bound and Q
-    /// by the acting head's rule, as the layer-by-layer path.
+    /// per-block the network fits, half of them aligned (the aligned feed, the rest
+    /// mostly the general one): the head-output rows within the GEMM chain's bound and Q by the
+    /// acting head's rule, as the layer-by-layer path.
     #[test]
     fn qnet_act_matches_the_oracle_on_random_networks_at_every_block_size() {
         let gpu = gpu();
@@ -105,8 +118,11 @@ mod gpu {
         let mut config = r.config().clone();
         config.cases = config.cases.min(16);
         r = proptest::test_runner::TestRunner::new(config);
-        r.run(&(random_network(), 1usize..=300), |(cfg, rows)| {
-            let fits = QNetSetup::of(&gpu, cfg.clone(), 1).map_err(|e| TestCaseError::fail(e.to_string()))?.net.act_block_rows_available();
+        let networks = prop_oneof![random_network().prop_map(|c| (c, false)), aligned_network().prop_map(|c| (c, true))];
+        r.run(&(networks, 1usize..=300), |((cfg, aligned), rows)| {
+            let setup = QNetSetup::of(&gpu, cfg.clone(), 1).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert!(!aligned || setup.net.act_aligned(), "{cfg:?}: aligned, yet not on the aligned feed");
+            let fits = setup.net.act_block_rows_available();
             prop_assert!(!fits.is_empty(), "{cfg:?} fits no qnet_act block");
             for block_rows in fits {
                 let comparisons = parity::check_acting_net(&gpu, cfg.clone(), rows, ActingPath::Fused(Some(block_rows)))

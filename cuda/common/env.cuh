@@ -50,6 +50,24 @@ __device__ __forceinline__ unsigned int env_start(const EnvParams& p, unsigned i
     return p.bar_lo + (unsigned int)(((unsigned long long)w * (p.bar_hi - 1u - p.bar_lo)) >> 32);
 }
 
+// Element j of env n's state (S = F + 4 wide; cuda/state_gather.cu says what each is).
+__device__ __forceinline__ float state_value(unsigned long long n, unsigned int j, const float* __restrict__ features,
+                                             const float* __restrict__ close, const EnvParams& p, const EnvState& st) {
+    const unsigned int f = p.feature_dim, bar = st.bar[n];
+    if (j < f) return features[(unsigned long long)bar * f + j];
+    const float c = close[bar];
+    const int pos = st.position[n];
+    switch (j - f) {
+        case 0: return __fdiv_rn((float)pos, (float)p.max_position);
+        case 1: {
+            const float e = st.entry[n];
+            return pos != 0 ? __fmul_rn(__fdiv_rn(__fmul_rn(__fsub_rn(c, e), sign_of(pos)), e), 100.0f) : 0.0f;
+        }
+        case 2: return __fdiv_rn((float)st.steps[n], (float)p.max_steps);
+        default: return __fmul_rn(__fdiv_rn(__fsub_rn(st.realized[n], st.fees[n]), __fmul_rn(c, p.point_value)), 100.0f);
+    }
+}
+
 #define ENV_FOR_EACH(i, n)                                                                         \
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (n); \
          i += (unsigned long long)gridDim.x * blockDim.x)

@@ -177,3 +177,31 @@ __device__ __forceinline__ void barriers_env(unsigned long long n, const float* 
         st.equity[n] = equity;
     }
 }
+
+// The Q-values row's width: every branch's actions.
+__device__ __forceinline__ unsigned int branches_width(const ActionBranches& br) {
+    unsigned int width = 0;
+    for (unsigned int k = 0; k < br.count; ++k) width += br.n[k];
+    return width;
+}
+
+// What the environment's step after the Q-forward reads and writes besides the portfolios.
+struct EnvStepIo {
+    const float* epsilon;
+    const float *bid, *ask, *volatility, *high, *low;
+    int* actions;
+    int* filled;
+    float* fill_price;
+    float* reward;
+    float* done;
+    int* reason;
+};
+
+// Env n's whole step after the Q-forward (env_step's loop body): select, fill, barriers.
+__device__ __forceinline__ void env_step_env(unsigned long long n, const float* q, const ActionBranches& br,
+                                             unsigned int width, float eps, const EnvParams& p, const EnvState& st,
+                                             const EnvStepIo& io) {
+    action_select_env(n, q, br, width, eps, st.clock, make_uint2(p.key0, p.key1), io.actions);
+    fill_step_env(n, io.bid, io.ask, io.volatility, p, st, io.actions, io.filled, io.fill_price);
+    barriers_env(n, io.bid, io.ask, io.high, io.low, p, st, io.reward, io.done, io.reason);
+}

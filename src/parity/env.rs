@@ -4,7 +4,7 @@
 
 use super::merge_step;
 use crate::env::Env;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -351,6 +351,52 @@ pub fn check_experience_graph(
         ];
         c.extend(compare_env_states(&graph.download_state()?, &eager.download_state()?));
         merge_step(&mut out, t, c);
+    }
+    Ok(out)
+}
+
+/// The experience step in one launch (`experience_step`) against the chain of three
+/// (`state_gather`, `qnet_act`, `env_step`) on a twin Env, `steps` times, both eager, the
+/// forward by qnet_act with `block_rows` rows a block: states, x, Q-values and head outputs,
+/// actions, fills, rewards, dones and portfolios bitwise equal at every step.
+pub fn check_experience_fused(
+    gpu: &Gpu,
+    cfg: &EnvConfig,
+    market: &EnvMarket,
+    split: Split,
+    steps: usize,
+    block_rows: usize,
+) -> Result<Vec<Comparison>> {
+    let qcfg = acting_config(market, cfg.seed ^ 0x0a11);
+    let mut net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
+    net.set_act_block_rows(Some(block_rows))?;
+    let (mut a_one, mut a_chain) = (net.acting(cfg.envs)?, net.acting(cfg.envs)?);
+    let mut one = Env::new(gpu, cfg, &BRANCHES, market, split)?;
+    let mut chain = Env::new(gpu, cfg, &BRANCHES, market, split)?;
+    chain.set_step_fused(false);
+    if !one.step_in_one_launch(&net) || chain.step_in_one_launch(&net) {
+        return Err(Error::Usage(format!("{} envs at {block_rows} rows a block: not one launch against the chain", cfg.envs)));
+    }
+    // Only the one launch's outputs poisoned: one it failed to write differs from the chain's.
+    one.poison_outputs()?;
+    one.set_epsilon(0.2)?;
+    chain.set_epsilon(0.2)?;
+    let mut out = Vec::new();
+    for t in 0..steps {
+        one.step(&net, &mut a_one)?;
+        chain.step(&net, &mut a_chain)?;
+        let (o, c) = (one.read_outcome()?, chain.read_outcome()?);
+        let mut cmp = vec![
+            compare_bitwise("states", &one.read_states()?, &chain.read_states()?),
+            compare_bitwise("x", &one.read_x()?, &chain.read_x()?),
+            compare_bitwise("q", &net.read_acting(&a_one)?, &net.read_acting(&a_chain)?),
+            compare_bitwise("head outputs", &net.read_acting_outputs(&a_one)?, &net.read_acting_outputs(&a_chain)?),
+            compare_exact("actions", &one.read_actions()?, &chain.read_actions()?),
+        ];
+        cmp.extend(compare_fills(&one.read_fills()?, &chain.read_fills()?));
+        cmp.extend(compare_outcome(&o, &c));
+        cmp.extend(compare_env_states(&one.download_state()?, &chain.download_state()?));
+        merge_step(&mut out, t, cmp);
     }
     Ok(out)
 }

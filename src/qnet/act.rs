@@ -8,9 +8,10 @@
 
 use super::{spec, BranchShape, Dims, QNetConfig, MAX_BRANCHES};
 use crate::error::{Error, Result};
-use crate::runtime::Gpu;
+use crate::env::ExperienceEnv;
+use crate::runtime::{Gpu, Programmatic};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig};
 use std::sync::Arc;
 
 /// Threads of a block (`ACT_THREADS`: 2 groups of 8 warps).
@@ -33,8 +34,8 @@ const HEAD_PAD: usize = 32;
 /// No ones row (`ACT_NO_ONES`).
 const NO_ONES: u32 = u32::MAX;
 
-/// The rows per block of the kernel's entry points, `qnet_act_rows{R}` (R = 16 MT: MT row
-/// tiles of mma.m16n8k8 a warp).
+/// The rows per block of the kernel's entry points, `qnet_act_rows{R}` and
+/// `qnet_act_aligned_rows{R}` (R = 16 MT: MT row tiles of mma.m16n8k8 a warp).
 pub(super) const BLOCK_ROWS: [usize; 2] = [16, 32];
 
 /// Floats of an activation buffer holding `inputs` inputs of `rows` rows (act_at: blocks of
@@ -116,6 +117,12 @@ impl ActLayer {
     }
 }
 
+/// The floats of each layer's source as QNet::act passes them: the flat parameters (trunk)
+/// and the `(H + 1) x O` dense head matrix (heads' outputs).
+fn source_lens(d: Dims) -> [usize; 4] {
+    [d.params, d.params, d.params, (d.hw + 1) * d.ow]
+}
+
 /// The network's four layers as qnet_act reads them: the trunk from the flat parameters, the
 /// heads' outputs from the dense head matrix (`[(H + 1) x O]`, qnet_heads.cu: head h's block
 /// at its hidden rows and output columns, the biases in row H), each head's staging starting
@@ -172,6 +179,20 @@ fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) 
     Ok(layers)
 }
 
+/// Whether `layers` are aligned for qnet_act's aligned feed (cuda/qnet_act.cu,
+/// qnet_act_aligned_rows{R}): every segment's staged rows start 16-byte aligned (w and ld
+/// multiples of 4, from the start of their source) and its last row's width rounded up to 4
+/// lies inside its source (`sources[l]` floats for layer l: the flat parameters for the
+/// trunk, the dense head matrix for the heads' outputs), so every copy is a whole 16 bytes.
+fn aligned_fits(layers: &[ActLayer; 4], sources: [usize; 4]) -> bool {
+    layers.iter().zip(sources).all(|(layer, len)| {
+        layer.segments().iter().all(|s| {
+            let (w, ld, fan_in) = (s.w as usize, s.ld as usize, s.fan_in as usize);
+            w % 4 == 0 && ld % 4 == 0 && fan_in > 0 && w + (fan_in - 1) * ld + (s.width as usize).next_multiple_of(4) <= len
+        })
+    })
+}
+
 fn u32_of(i: usize) -> Result<u32> {
     u32::try_from(i).ok().filter(|&v| v != NO_ONES).ok_or_else(|| Error::Usage(format!("{i}: qnet_act indexes its parameters and columns below 2^32 - 1")))
 }
@@ -203,11 +224,20 @@ impl Plan {
     }
 }
 
+/// One rows-per-block's entry points: the acting forward (`qnet_act_*`) and the whole
+/// experience step around it (`experience_step_*`, cuda/experience_step.cu).
+pub(super) struct Entry {
+    act: CudaFunction,
+    step: CudaFunction,
+}
+
 /// The fused acting forward of one network: the entry points whose shared memory fits the
 /// device, and the device's multiprocessor count (which the rows per block follow).
 pub(super) struct Fused {
-    /// (entry point, plan) for each rows-per-block that fits, fewest rows first.
-    plans: Vec<(CudaFunction, Plan)>,
+    /// The entry points and plan of each rows-per-block that fits, fewest rows first.
+    plans: Vec<(Entry, Plan)>,
+    /// The entry points are the aligned feed's ([`aligned_fits`]).
+    aligned: bool,
     sms: usize,
     /// Benchmarking: force this many rows per block (one of BLOCK_ROWS that fits).
     forced: Option<usize>,
@@ -220,17 +250,27 @@ impl Fused {
         let optin = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
         let sms = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
         let layers = layers_of(cfg, d, heads)?;
+        let aligned = aligned_fits(&layers, source_lens(d));
+        let feed = if aligned { "aligned_" } else { "" };
         let mut plans = Vec::new();
         for rows in BLOCK_ROWS {
             let plan = Plan::of(d, &layers, rows);
             if plan.smem > optin {
                 break;
             }
-            let f = gpu.function("qnet_act", &format!("qnet_act_rows{rows}"))?;
-            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, plan.smem as i32)?;
-            plans.push((f, plan));
+            let entry = |file: &str| -> Result<CudaFunction> {
+                let f = gpu.function(file, &format!("{file}_{feed}rows{rows}"))?;
+                f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, plan.smem as i32)?;
+                Ok(f)
+            };
+            plans.push((Entry { act: entry("qnet_act")?, step: entry("experience_step")? }, plan));
         }
-        Ok(Fused { plans, sms, forced: None })
+        Ok(Fused { plans, aligned, sms, forced: None })
+    }
+
+    /// Whether the network is staged by the aligned feed (whole 16-byte copies).
+    pub(super) fn aligned(&self) -> bool {
+        self.aligned
     }
 
     /// The rows per block that fit, fewest first.
@@ -256,7 +296,7 @@ impl Fused {
     /// least 3/4 of the multiprocessors; else None (layer by layer). Fewer rows a block stream
     /// the same weights for fewer rows, and a partly filled GPU leaves the layer-by-layer
     /// products ahead (docs/BENCHMARKS.md: N = 256 and 4096 on the H200).
-    fn pick(&self, n: usize) -> Option<&(CudaFunction, Plan)> {
+    fn pick(&self, n: usize) -> Option<&(Entry, Plan)> {
         if let Some(r) = self.forced {
             return self.plans.iter().find(|(_, p)| p.rows == r);
         }
@@ -294,32 +334,65 @@ pub(super) struct ActParams<'a> {
     pub heads: CudaView<'a, f32>,
 }
 
-/// Launch `qnet_act` on `io.rows` rows (requires `fused.available()`).
-pub(super) fn launch(stream: &Arc<CudaStream>, fused: &Fused, online: ActParams, head: ActHead, io: ActIo) -> Result<()> {
-    let (f, plan) = fused
-        .pick(io.rows)
+/// The plan and launch shape for `rows` rows (requires `fused.block_rows(rows)`).
+fn shape_of(fused: &Fused, rows: usize) -> Result<(&Entry, &Plan, LaunchConfig)> {
+    let (e, plan) = fused
+        .pick(rows)
         .ok_or_else(|| Error::Usage("qnet_act: the network does not fit one block's shared memory".into()))?;
-    let blocks = u32::try_from(io.rows.div_ceil(plan.rows))
-        .map_err(|_| Error::Usage(format!("acting on {} rows: too many for one grid", io.rows)))?;
-    let (rows64, null) = (io.rows as u64, 0u64);
-    let mut l = stream.launch_builder(f);
-    l.arg(io.x).arg(&rows64).arg(&online.params).arg(&online.heads);
-    l.arg(&plan.net).arg(head.shape).arg(&head.na).arg(&head.v_min).arg(&head.v_max).arg(&head.lpa);
+    let blocks = u32::try_from(rows.div_ceil(plan.rows)).map_err(|_| Error::Usage(format!("acting on {rows} rows: too many for one grid")))?;
+    Ok((e, plan, LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: plan.smem as u32 }))
+}
+
+/// The arguments after the rows' inputs, common to both kernels: the online parameters and
+/// dense head matrix, ActNet and BranchShape by value, u32 na, f32 v_min, v_max, u32 lpa.
+fn push_network<'a>(l: &mut Programmatic<'a>, online: &'a ActParams, plan: &'a Plan, head: &'a ActHead) {
+    l.input(&online.params).input(&online.heads);
+    l.value(&plan.net).value(head.shape).value(&head.na).value(&head.v_min).value(&head.v_max).value(&head.lpa);
+}
+
+/// Launch `qnet_act` on `io.rows` rows (requires `fused.block_rows(io.rows)`).
+pub(super) fn launch(stream: &Arc<CudaStream>, fused: &Fused, online: ActParams, head: ActHead, io: ActIo) -> Result<()> {
+    let (e, plan, cfg) = shape_of(fused, io.rows)?;
+    let rows64 = io.rows as u64;
+    let mut l = Programmatic::new(stream, &e.act);
+    l.input(io.x).value(&rows64);
+    push_network(&mut l, &online, plan, &head);
     match io.y {
-        Some(y) => l.arg(y),
-        None => l.arg(&null),
+        Some(y) => l.output(y),
+        None => l.null(),
     };
-    l.arg(io.q);
-    let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: plan.smem as u32 };
-    // SAFETY: follows qnet_act_rows{R}'s signature (x [rows x (S + 1)], u64 rows, the online
-    // parameters and dense head matrix, ActNet and BranchShape by value, u32 na, f32 v_min,
-    // v_max, u32 lpa, y [rows x ow] or null, q [rows x A]): the caller (QNet::act) checked
-    // x's length, passes the online parameters and its (H + 1) x O head matrix (whose layouts
-    // layers_of read, so every segment's weights and biases lie inside them) and its Acting's
-    // y and q (rows x ow, rows x qw); the function's dynamic shared memory limit was raised to
-    // plan.smem in Fused::new.
-    unsafe { l.launch(cfg) }?;
-    Ok(())
+    l.output(io.q);
+    // SAFETY: follows qnet_act_{aligned_,}rows{R}'s signature (x [rows x (S + 1)], u64 rows, the
+    // network's arguments of push_network, y [rows x ow] or null, q [rows x A]): the caller
+    // (QNet::act) checked x's length, passes the online parameters and its (H + 1) x O head
+    // matrix (whose layouts layers_of read, so every segment's weights and biases lie inside
+    // them; the aligned entry points only where aligned_fits found every 16-byte copy inside
+    // those lengths) and its Acting's y and q (rows x ow, rows x qw); the function's dynamic
+    // shared memory limit was raised to plan.smem in Fused::new; it calls
+    // grid_wait_for_prior before it touches global memory (launched programmatically: its
+    // launch and shared-memory set-up overlap the tail of the kernel ahead).
+    unsafe { l.launch(cfg) }
+}
+
+/// Launch `experience_step` for the envs of `env` (requires `fused.block_rows(envs)`): their
+/// states gathered (into env's states and x), the acting forward into y (if wanted) and q,
+/// their steps.
+pub(super) fn launch_step(stream: &Arc<CudaStream>, fused: &Fused, online: ActParams, head: ActHead, env: &ExperienceEnv, y: Option<&mut CudaSlice<f32>>, q: &mut CudaSlice<f32>) -> Result<()> {
+    let (e, plan, cfg) = shape_of(fused, env.envs())?;
+    let mut l = Programmatic::new(stream, &e.step);
+    l.value(env);
+    push_network(&mut l, &online, plan, &head);
+    match y {
+        Some(y) => l.output(y),
+        None => l.null(),
+    };
+    l.output(q);
+    // SAFETY: follows experience_step_{aligned_,}rows{R}'s signature (ActEnv by value, the
+    // network's arguments of push_network, y [envs x ow] or null, q [envs x A]): `env` holds the device addresses of
+    // one Env's market, portfolios and outputs, sized for its envs (ExperienceEnv); the caller
+    // (QNet::act_experience) checked that the network's state width and actions are the env's
+    // and passes its Acting's y and q; the network's arguments as for `launch`.
+    unsafe { l.launch(cfg) }
 }
 
 #[cfg(test)]
@@ -441,6 +514,46 @@ mod tests {
         // 227 KiB: the opt-in shared memory per block of sm_90.
         let smem = Plan::of(d, &layers, 32).smem;
         assert!(smem <= 227 * 1024, "{smem} bytes");
+    }
+
+    /// The aligned feed's copies of the pass at p0, as runs: (segment, padded columns [lo,
+    /// hi)), a segment's chunks of 4 from its first up to its width rounded up to 4.
+    fn aligned_runs(layer: &ActLayer, p0: usize) -> Vec<(ActSegment, usize, usize)> {
+        let piece = |s: &ActSegment| (s.pcol0 as usize).max(p0)..(s.pcol0 as usize + (s.width as usize).next_multiple_of(4)).min(p0 + COLS);
+        layer.segments().iter().map(|s| (*s, piece(s))).filter(|(_, r)| !r.is_empty()).map(|(s, r)| (s, r.start, r.end)).collect()
+    }
+
+    #[test]
+    fn the_aligned_feed_copies_whole_16_byte_chunks_in_bounds_covering_every_written_column() {
+        let aligned = QNetConfig { state_dim: 7, h1: 36, h2: 300, value_hidden: 12, adv_hidden: 20, branches: vec![3, 2, 2], atoms: 51, ..QNetConfig::default() };
+        let scalar = QNetConfig { state_dim: 5, h1: 8, h2: 16, value_hidden: 4, adv_hidden: 8, branches: vec![3], atoms: 4, ..QNetConfig::default() };
+        for cfg in [QNetConfig::default(), aligned, scalar] {
+            let d = Dims::of(&cfg, 1);
+            let layers = layers_of(&cfg, d, &heads_of(&cfg)).unwrap();
+            assert!(aligned_fits(&layers, source_lens(d)), "{cfg:?}");
+            for (l, layer) in layers.iter().enumerate() {
+                let len = source_lens(d)[l];
+                for p0 in (0..layer.passes()).map(|p| p * COLS) {
+                    let pieces = aligned_runs(layer, p0);
+                    for &(s, lo, hi) in &pieces {
+                        // 16-byte source and destination, in bounds on the segment's last row.
+                        let first = s.w as usize + (lo - s.pcol0 as usize);
+                        assert!(first % 4 == 0 && (lo - p0) % 4 == 0 && (hi - lo) % 4 == 0 && STAGE_LD % 4 == 0, "{cfg:?} layer {l}");
+                        assert!(first + (s.fan_in as usize - 1) * s.ld as usize + (hi - lo) <= len, "{cfg:?} layer {l}: past the source");
+                    }
+                    // Every written column of the pass is in its own segment's piece.
+                    for pc in p0..p0 + COLS {
+                        if let Some((seg, _)) = written(layer, pc) {
+                            assert!(pieces.iter().any(|&(s, lo, hi)| s.pcol0 == seg.pcol0 && (lo..hi).contains(&pc)), "{cfg:?} layer {l} column {pc}");
+                        }
+                    }
+                }
+            }
+        }
+        // Rows of 4-byte alignment (a state width of 31 feeding 37 columns) take the general feed.
+        let odd = QNetConfig { state_dim: 31, h1: 37, h2: 300, value_hidden: 13, adv_hidden: 29, branches: vec![4, 1], atoms: 7, ..QNetConfig::default() };
+        let d = Dims::of(&odd, 1);
+        assert!(!aligned_fits(&layers_of(&odd, d, &heads_of(&odd)).unwrap(), source_lens(d)));
     }
 
     #[test]
