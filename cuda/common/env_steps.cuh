@@ -1,9 +1,12 @@
 // The per-env steps of the environment after the Q-forward: one env's action select, fill
-// and barriers, each the whole of its kernel's loop body (cuda/action_select.cu,
-// cuda/fill_step.cu, cuda/barriers.cu: their comments are the specification). Those kernels
-// run one over their grid-stride loop; env_step (cuda/env_step.cu) runs all three in a row
-// for each env, so that the three chains of memory latencies become one launch. The same
-// code either way, so the fused step is the chain of the three bit for bit.
+// and barriers (cuda/action_select.cu, cuda/fill_step.cu, cuda/barriers.cu: their comments
+// are the specification). Each stage is a function on registers (select_actions,
+// fill_order, barrier_step, on the env's Portfolio); each kernel's loop body (*_env) reads
+// what its stage needs, runs it and writes what it changed. env_step (cuda/env_step.cu, and
+// the experience step's tail) runs the three stages in a row on one read of the portfolio
+// and the market, every load issued before any store: one chain of memory latencies for
+// the whole step, not one a stage. The same arithmetic either way, so the fused step is the
+// chain of the three bit for bit.
 #pragma once
 #include "common/env.cuh"
 
@@ -18,88 +21,97 @@ __device__ __forceinline__ unsigned int word(uint4 w, unsigned int k) {
     return k == 0 ? w.x : (k == 1 ? w.y : (k == 2 ? w.z : w.w));
 }
 
-// Env n's actions [count] from its Q-values row (q [N x width]) at epsilon eps.
-__device__ __forceinline__ void action_select_env(unsigned long long n, const float* q, const ActionBranches& br,
-                                                  unsigned int width, float eps, const unsigned int* clock,
-                                                  uint2 key, int* actions) {
-    const uint4 w = philox_draw(key, (unsigned int)n, clock[n], PHILOX_STREAM_ACTION_EXPLORE);
-    const uint4 r = philox_draw(key, (unsigned int)n, clock[n], PHILOX_STREAM_ACTION_RANDOM);
-    const float* row = q + n * width;
-    for (unsigned int k = 0; k < br.count; ++k) {
+// An env's portfolio in registers: EnvState's fields at env n.
+struct Portfolio {
+    unsigned int bar, steps, clock;
+    int position;
+    float entry, realized, fees, equity, dsr_a, dsr_b;
+};
+
+__device__ __forceinline__ Portfolio portfolio_of(const EnvState& st, unsigned long long n) {
+    return Portfolio{st.bar[n],   st.steps[n],    st.clock[n], st.position[n], st.entry[n],
+                     st.realized[n], st.fees[n], st.equity[n], st.dsr_a[n],    st.dsr_b[n]};
+}
+
+__device__ __forceinline__ void portfolio_store(const EnvState& st, unsigned long long n, const Portfolio& f) {
+    st.bar[n] = f.bar, st.steps[n] = f.steps, st.clock[n] = f.clock, st.position[n] = f.position;
+    st.entry[n] = f.entry, st.realized[n] = f.realized, st.fees[n] = f.fees, st.equity[n] = f.equity;
+    st.dsr_a[n] = f.dsr_a, st.dsr_b[n] = f.dsr_b;
+}
+
+// Select: env n's action a[k] in each branch k from its Q-values row (branch after branch):
+// the RANDOM draw's word k scaled to the branch where the EXPLORE draw's word k is below
+// eps, else the branch's argmax (the first of equals). The argmax is taken either way, so
+// the row's loads do not wait on the draws.
+__device__ __forceinline__ void select_actions(unsigned long long n, const float* row, const ActionBranches& br, float eps,
+                                               unsigned int clock, uint2 key, int* a) {
+    const uint4 w = philox_draw(key, (unsigned int)n, clock, PHILOX_STREAM_ACTION_EXPLORE);
+    const uint4 r = philox_draw(key, (unsigned int)n, clock, PHILOX_STREAM_ACTION_RANDOM);
+#pragma unroll
+    for (unsigned int k = 0; k < ACTION_MAX_BRANCHES; ++k) {
+        if (k >= br.count) break;
         const unsigned int nk = br.n[k];
-        unsigned int a = 0;
-        if (philox_u01(word(w, k)) < eps) {
-            a = (unsigned int)(((unsigned long long)word(r, k) * nk) >> 32);
-        } else {
-            // The best value kept in a register, so the loads do not wait on each other
-            // (the same comparisons as row[j] > row[a]: a NaN at 0 keeps 0, later ones lose).
-            float best = row[0];
+        // The best value kept in a register, so the loads do not wait on each other (the
+        // same comparisons as row[j] > row[best]: a NaN at 0 keeps 0, later ones lose).
+        float best = row[0];
+        unsigned int arg = 0;
 #pragma unroll 4
-            for (unsigned int j = 1; j < nk; ++j) {
-                const float v = row[j];
-                if (v > best) best = v, a = j;
-            }
+        for (unsigned int j = 1; j < nk; ++j) {
+            const float v = row[j];
+            if (v > best) best = v, arg = j;
         }
-        actions[n * br.count + k] = (int)a;
+        a[k] = philox_u01(word(w, k)) < eps ? (int)(((unsigned long long)word(r, k) * nk) >> 32) : (int)arg;
         row += nk;
     }
 }
 
-// Env n's order from its actions [N x 3] against its bar's quote: filled, fill_price and the
-// portfolio (cuda/fill_step.cu).
-__device__ __forceinline__ void fill_step_env(unsigned long long n, const float* __restrict__ bid,
-                                              const float* __restrict__ ask, const float* __restrict__ volatility,
-                                              const EnvParams& p, const EnvState& st, const int* actions,
-                                              int* filled, float* fill_price) {
+// Fill: the order actions a [3] make on portfolio f at its bar's quote (bid bd, ask ak,
+// volatility vol). Where it fills, f's fees, entry, realized and position are updated and
+// the price is in `price`; returns whether it filled (price 0 where not).
+__device__ __forceinline__ int fill_order(unsigned long long n, const int* a, float bd, float ak, float vol,
+                                          const EnvParams& p, Portfolio& f, float& price) {
     const uint2 key = make_uint2(p.key0, p.key1);
-    // Every load the env may need, issued before any store (the state's pointers may
-    // alias the outputs as far as the compiler knows): one memory latency, then the bar's.
-    const int* a = actions + n * ENV_BRANCHES;
-    const int a0 = a[0], a1 = a[1], a2 = a[2];
-    const int pos = st.position[n];
-    const unsigned int b = st.bar[n], clock = st.clock[n];
-    const float entry0 = st.entry[n], fees0 = st.fees[n], realized0 = st.realized[n];
-    const float bd = bid[b], ak = ask[b], vol = volatility[b];
-    const int side = a0 == ENV_BUY ? 1 : (a0 == ENV_SELL ? -1 : 0);
-    const int want = pos + side * (a1 + 1);
+    const int pos = f.position;
+    const int side = a[0] == ENV_BUY ? 1 : (a[0] == ENV_SELL ? -1 : 0);
+    const int want = pos + side * (a[1] + 1);
     const int q = (want < -p.max_position ? -p.max_position : (want > p.max_position ? p.max_position : want)) - pos;
-    filled[n] = 0;
-    fill_price[n] = 0.0f;
-    if (q == 0) return;
+    price = 0.0f;
+    if (q == 0) return 0;
     const float spread = __fsub_rn(ak, bd);
     const bool buy = q > 0;
     const float touch = buy ? ak : bd;
-    float prob, price;
-    if (a2 == ENV_MARKET) {
-        prob = 1.0f, price = touch;
-    } else if (a2 == ENV_IOC) {
-        prob = p.ioc_fill_prob, price = touch;
+    float prob, px;
+    if (a[2] == ENV_MARKET) {
+        prob = 1.0f, px = touch;
+    } else if (a[2] == ENV_IOC) {
+        prob = p.ioc_fill_prob, px = touch;
     } else {
         const float x = __fdiv_rn(vol, __fadd_rn(vol, spread));
         prob = __fadd_rn(p.limit_fill_min, __fmul_rn(__fsub_rn(p.limit_fill_max, p.limit_fill_min), x));
         const float improve = __fmul_rn(p.limit_capture, spread);
-        price = buy ? __fsub_rn(ak, improve) : __fadd_rn(bd, improve);
+        px = buy ? __fsub_rn(ak, improve) : __fadd_rn(bd, improve);
     }
-    const float u = philox_u01(philox_draw(key, (unsigned int)n, clock, PHILOX_STREAM_FILL).x);
-    if (!(a2 == ENV_MARKET || u < prob)) return;
+    const float u = philox_u01(philox_draw(key, (unsigned int)n, f.clock, PHILOX_STREAM_FILL).x);
+    if (!(a[2] == ENV_MARKET || u < prob)) return 0;
 
     const float add = (float)(q < 0 ? -q : q), held = (float)(pos < 0 ? -pos : pos);
-    st.fees[n] = __fadd_rn(fees0, __fmul_rn(p.commission, add));
+    const float entry0 = f.entry;
+    f.fees = __fadd_rn(f.fees, __fmul_rn(p.commission, add));
     if (pos == 0) {
-        st.entry[n] = price;
+        f.entry = px;
     } else if ((pos > 0) == (q > 0)) {
-        st.entry[n] = __fdiv_rn(__fadd_rn(__fmul_rn(entry0, held), __fmul_rn(price, add)), __fadd_rn(held, add));
+        f.entry = __fdiv_rn(__fadd_rn(__fmul_rn(entry0, held), __fmul_rn(px, add)), __fadd_rn(held, add));
     } else {
         const float closed = add < held ? add : held;
-        const float pnl = __fmul_rn(__fmul_rn(__fsub_rn(price, entry0), sign_of(pos)), __fmul_rn(closed, p.point_value));
-        st.realized[n] = __fadd_rn(realized0, pnl);
+        const float pnl = __fmul_rn(__fmul_rn(__fsub_rn(px, entry0), sign_of(pos)), __fmul_rn(closed, p.point_value));
+        f.realized = __fadd_rn(f.realized, pnl);
         const int after = pos + q;
-        if (after == 0) st.entry[n] = 0.0f;
-        else if ((after > 0) != (pos > 0)) st.entry[n] = price;
+        if (after == 0) f.entry = 0.0f;
+        else if ((after > 0) != (pos > 0)) f.entry = px;
     }
-    st.position[n] = pos + q;
-    filled[n] = 1;
-    fill_price[n] = price;
+    f.position = pos + q;
+    price = px;
+    return 1;
 }
 
 __device__ __forceinline__ float dsr(float eta, float r, float* a_io, float* b_io) {
@@ -114,22 +126,19 @@ __device__ __forceinline__ float dsr(float eta, float r, float* a_io, float* b_i
     return d < -ENV_DSR_CLIP ? -ENV_DSR_CLIP : (d > ENV_DSR_CLIP ? ENV_DSR_CLIP : d);
 }
 
-// Env n's next bar: exits, mark, reward, done, reason and the auto-reset (cuda/barriers.cu).
-__device__ __forceinline__ void barriers_env(unsigned long long n, const float* __restrict__ bid,
-                                             const float* __restrict__ ask, const float* __restrict__ high,
-                                             const float* __restrict__ low, const EnvParams& p, const EnvState& st,
-                                             float* reward, float* done, int* reason_out) {
-    // Every load first: the env's state, then its next bar's quote and range (t is always
-    // inside the market), so that the chain is two memory latencies, not one per branch.
-    const unsigned int t = st.bar[n] + 1;
-    const int pos = st.position[n];
-    const float entry = st.entry[n], equity_before = st.equity[n];
-    const unsigned int steps = st.steps[n] + 1, clock = st.clock[n] + 1;
-    float realized = st.realized[n], fees = st.fees[n];
-    const float lo_t = low[t], hi_t = high[t], bid_t = bid[t], ask_t = ask[t];
+// Barriers: portfolio f on its next bar t = bar + 1 (always inside the market; its range
+// lo_t, hi_t and quote bid_t, ask_t): exits, mark, the reward (returned), the reason (0:
+// none), and the auto-reset, f updated.
+__device__ __forceinline__ float barrier_step(unsigned long long n, float lo_t, float hi_t, float bid_t, float ask_t,
+                                              const EnvParams& p, Portfolio& f, int& reason) {
+    const unsigned int t = f.bar + 1;
+    const int pos = f.position;
+    const float entry = f.entry, equity_before = f.equity;
+    const unsigned int steps = f.steps + 1, clock = f.clock + 1;
+    float realized = f.realized, fees = f.fees;
     const float s = sign_of(pos);
     const bool lng = pos > 0;
-    int reason = 0;
+    reason = 0;
     float exit_px = 0.0f;
     if (pos != 0 && p.stop_loss > 0.0f) {
         const float px = __fmul_rn(entry, lng ? __fsub_rn(1.0f, p.stop_loss) : __fadd_rn(1.0f, p.stop_loss));
@@ -156,26 +165,67 @@ __device__ __forceinline__ void barriers_env(unsigned long long n, const float* 
                   : 0.0f;
     const float equity = __fadd_rn(__fsub_rn(realized, fees), unrealized);
     const float r = __fmul_rn(__fsub_rn(equity, equity_before), p.reward_scale);
-    reward[n] = p.dsr_eta > 0.0f ? dsr(p.dsr_eta, r, st.dsr_a + n, st.dsr_b + n) : r;
-    st.clock[n] = clock;
+    const float reward = p.dsr_eta > 0.0f ? dsr(p.dsr_eta, r, &f.dsr_a, &f.dsr_b) : r;
+    f.clock = clock;
+    if (reason != 0) {
+        f.bar = env_start(p, (unsigned int)n, clock);
+        f.steps = 0, f.position = 0;
+        f.entry = 0.0f, f.realized = 0.0f, f.fees = 0.0f, f.equity = 0.0f;
+    } else {
+        f.bar = t, f.steps = steps, f.position = held;
+        f.realized = realized, f.fees = fees, f.equity = equity;
+    }
+    return reward;
+}
+
+// The kernels' loop bodies: each reads its stage's inputs, runs it, writes what it changed.
+
+// Env n's actions [count] from its Q-values row (q [N x width]) at epsilon eps
+// (cuda/action_select.cu).
+__device__ __forceinline__ void action_select_env(unsigned long long n, const float* q, const ActionBranches& br,
+                                                  unsigned int width, float eps, const unsigned int* clock,
+                                                  uint2 key, int* actions) {
+    int a[ACTION_MAX_BRANCHES];
+    select_actions(n, q + n * width, br, eps, clock[n], key, a);
+#pragma unroll
+    for (unsigned int k = 0; k < ACTION_MAX_BRANCHES; ++k)
+        if (k < br.count) actions[n * br.count + k] = a[k];
+}
+
+// Env n's order from its actions [N x 3] against its bar's quote: filled, fill_price and the
+// portfolio (cuda/fill_step.cu).
+__device__ __forceinline__ void fill_step_env(unsigned long long n, const float* __restrict__ bid,
+                                              const float* __restrict__ ask, const float* __restrict__ volatility,
+                                              const EnvParams& p, const EnvState& st, const int* actions,
+                                              int* filled, float* fill_price) {
+    // Every load first (the state's pointers may alias the outputs as far as the compiler
+    // knows): one memory latency, then the bar's.
+    const int* ap = actions + n * ENV_BRANCHES;
+    const int a[ENV_BRANCHES] = {ap[0], ap[1], ap[2]};
+    Portfolio f = portfolio_of(st, n);
+    const float bd = bid[f.bar], ak = ask[f.bar], vol = volatility[f.bar];
+    float price;
+    const int did = fill_order(n, a, bd, ak, vol, p, f, price);
+    filled[n] = did;
+    fill_price[n] = price;
+    if (did) st.fees[n] = f.fees, st.entry[n] = f.entry, st.realized[n] = f.realized, st.position[n] = f.position;
+}
+
+// Env n's next bar: exits, mark, reward, done, reason and the auto-reset (cuda/barriers.cu).
+__device__ __forceinline__ void barriers_env(unsigned long long n, const float* __restrict__ bid,
+                                             const float* __restrict__ ask, const float* __restrict__ high,
+                                             const float* __restrict__ low, const EnvParams& p, const EnvState& st,
+                                             float* reward, float* done, int* reason_out) {
+    // Every load first: the env's state, then its next bar's quote and range, so that the
+    // chain is two memory latencies, not one per branch.
+    Portfolio f = portfolio_of(st, n);
+    const unsigned int t = f.bar + 1;
+    const float lo_t = low[t], hi_t = high[t], bid_t = bid[t], ask_t = ask[t];
+    int reason;
+    reward[n] = barrier_step(n, lo_t, hi_t, bid_t, ask_t, p, f, reason);
     done[n] = reason != 0 ? 1.0f : 0.0f;
     reason_out[n] = reason;
-    if (reason != 0) {
-        st.bar[n] = env_start(p, (unsigned int)n, clock);
-        st.steps[n] = 0;
-        st.position[n] = 0;
-        st.entry[n] = 0.0f;
-        st.realized[n] = 0.0f;
-        st.fees[n] = 0.0f;
-        st.equity[n] = 0.0f;
-    } else {
-        st.bar[n] = t;
-        st.steps[n] = steps;
-        st.position[n] = held;
-        st.realized[n] = realized;
-        st.fees[n] = fees;
-        st.equity[n] = equity;
-    }
+    portfolio_store(st, n, f);
 }
 
 // The Q-values row's width: every branch's actions.
@@ -197,11 +247,29 @@ struct EnvStepIo {
     int* reason;
 };
 
-// Env n's whole step after the Q-forward (env_step's loop body): select, fill, barriers.
+// Env n's whole step after the Q-forward (env_step's loop body): select, fill, barriers on
+// one read of its portfolio, its bar's and next bar's market and its Q-values row (all
+// issued before any store: two memory latencies for the step), then every write.
 __device__ __forceinline__ void env_step_env(unsigned long long n, const float* q, const ActionBranches& br,
                                              unsigned int width, float eps, const EnvParams& p, const EnvState& st,
                                              const EnvStepIo& io) {
-    action_select_env(n, q, br, width, eps, st.clock, make_uint2(p.key0, p.key1), io.actions);
-    fill_step_env(n, io.bid, io.ask, io.volatility, p, st, io.actions, io.filled, io.fill_price);
-    barriers_env(n, io.bid, io.ask, io.high, io.low, p, st, io.reward, io.done, io.reason);
+    Portfolio f = portfolio_of(st, n);
+    const unsigned int b = f.bar, t = b + 1;
+    const float bd = io.bid[b], ak = io.ask[b], vol = io.volatility[b];
+    const float lo_t = io.low[t], hi_t = io.high[t], bid_t = io.bid[t], ask_t = io.ask[t];
+    int a[ACTION_MAX_BRANCHES] = {0, 0, 0, 0};
+    select_actions(n, q + n * width, br, eps, f.clock, make_uint2(p.key0, p.key1), a);
+    float price;
+    const int did = fill_order(n, a, bd, ak, vol, p, f, price);
+    int reason;
+    const float reward = barrier_step(n, lo_t, hi_t, bid_t, ask_t, p, f, reason);
+#pragma unroll
+    for (unsigned int k = 0; k < ACTION_MAX_BRANCHES; ++k)
+        if (k < br.count) io.actions[n * br.count + k] = a[k];
+    io.filled[n] = did;
+    io.fill_price[n] = price;
+    io.reward[n] = reward;
+    io.done[n] = reason != 0 ? 1.0f : 0.0f;
+    io.reason[n] = reason;
+    portfolio_store(st, n, f);
 }
