@@ -31,12 +31,13 @@
 // staged column j being output column col0 + j. A head's staging starts at the multiple of
 // 8 at or below its first hidden row and of 4 at or below its first column; the rows and
 // columns before are another head's, zero in this block of the block-diagonal matrix, and
-// its first `lead` staged columns are not written. Trunk layers: one segment whose last
-// weight row is the bias, against a ones row of the input; the heads' output layer: the
-// value head, then each branch, each on its own hidden slice, the biases at src[bias + j]
-// added after the sum. Each segment's staged columns are padded to ACT_WARP_COLS (pcol0;
-// pwidth in all), so a warp's columns are one segment's: all its tiles read the same input
-// rows.
+// its first `lead` staged columns are not written. Trunk layers: one segment (its bias row
+// after its weight rows); the heads' output layer: the value head, then each branch, each on
+// its own hidden slice. Every layer's biases are at src[bias + j], added after the sum (one
+// mechanism for all four layers, so a trunk layer's K is its fan-in, not fan-in + 1: 256
+// inputs are 8 slices, where a ones row made them 9). Each segment's staged columns are
+// padded to ACT_WARP_COLS (pcol0; pwidth in all), so a warp's columns are one segment's: all
+// its tiles read the same input rows.
 //
 // Work split of a layer: passes of ACT_COLS padded columns, each in slices of ACT_KT input
 // rows (cp.async, zero-filled past a segment's fan-in or width; 16-byte copies where the
@@ -65,16 +66,16 @@
 // A staged slice is [ACT_KT][ACT_STAGE_LD], ACT_STAGE_LD = 8 mod 32: lane (g, t) reads its
 // B elements B[t][g], B[t + 4][g] at bank 8 t + g.
 //
-// Numerics. Each output is (group 0's mma accumulations over its inputs, in order) + (group
-// 1's), the same for every rows-per-block (a row's result does not depend on the other rows
-// of its tile), relu on the hidden layers; a head-output value y is the sum without the
-// bias, and the head reads y + bias rounded once, as qnet_head_q stages it.
+// Numerics. Each output's sum is (group 0's mma accumulations over its inputs, in order) +
+// (group 1's), the same for every rows-per-block (a row's result does not depend on the other
+// rows of its tile); a hidden output is relu(sum + bias), rounded once; a head-output value
+// y is the sum without the bias, and the head reads y + bias rounded once, as qnet_head_q
+// stages it.
 //
 // Shared memory (the host sizes it from the network, ActNet): P [p_floats], Q [q_floats],
-// the stages [ACT_STAGES][ACT_KT][ACT_STAGE_LD]. P holds the input rows (then a ones input
-// at S), then trunk 2's output (and its ones input), then the staged head rows [R][out_w]
-// and 32 floats of padding; Q holds the first layer's output (and its ones input), then the
-// heads' hidden layer, then the head's means [R][K][NA] and padding. Both are zeroed first:
+// the stages [ACT_STAGES][ACT_KT][ACT_STAGE_LD]. P holds the input rows, then trunk 2's
+// output, then the staged head rows [R][out_w] and 32 floats of padding; Q holds the first
+// layer's output, then the heads' hidden layer, then the head's means [R][K][NA] and padding. Both are zeroed first:
 // a slice reads up to ACT_KT - 1 inputs past a segment's fan-in, which must be finite
 // (their weights are 0).
 //
@@ -97,18 +98,17 @@
 #define ACT_STAGE_LD (ACT_COLS + 8)
 #define ACT_SEGMENTS (QNET_MAX_BRANCHES + 1)
 #define ACT_LAYERS 4
-#define ACT_NO_ONES 0xffffffffu
 
 struct ActSegment {
     unsigned int x_off, fan_in, col0, lead, width, pcol0;
     unsigned int w, ld, bias;
 };
 
-// A layer's segments, its padded width, its slices per pass, the row of its output set to
-// ones for the next layer's bias (ACT_NO_ONES: none), and whether every segment's weight
-// rows start 16-byte aligned (w and ld multiples of 4: 16-byte copies; else 4-byte ones).
+// A layer's segments, its padded width, its slices per pass, and whether every segment's
+// weight rows start 16-byte aligned (w and ld multiples of 4: 16-byte copies; else 4-byte
+// ones).
 struct ActLayer {
-    unsigned int count, pwidth, slices, ones, vec4;
+    unsigned int count, pwidth, slices, vec4;
     ActSegment seg[ACT_SEGMENTS];
 };
 
@@ -264,10 +264,9 @@ struct ActStream {
     unsigned int u;
 };
 
-// One layer (see the top of the file), its weights (and biases) in `src`; `next` (null for
+// One layer (see the top of the file), its weights and biases in `src`; `next` (null for
 // the last) the layer after it, whose weights are in `next_src`. Hidden layers (HEAD
-// false): out = relu(acc) as the next layer's input (act_at), and its input L.ones set to 1
-// if any. The head-output layer: out[r][c] (row-major, out_w wide) = acc + bias, and y[r][c]
+// false): out = relu(acc + bias) as the next layer's input (act_at). The head-output layer: out[r][c] (row-major, out_w wide) = acc + bias, and y[r][c]
 // = acc for rows below `here` if y is not null. On entry the stream's slice u (the layer's
 // first) is in flight. ALIGNED: the aligned feed (see the top of the file).
 template <int MT, bool HEAD, bool ALIGNED>
@@ -275,7 +274,7 @@ __device__ __forceinline__ void act_layer(const float* __restrict__ src, const A
                                           const float* __restrict__ next_src, const ActLayer* next, ActStream& st,
                                           const float* in, float* out, float* stages, unsigned int out_w,
                                           float* __restrict__ y, unsigned int here) {
-    constexpr unsigned int R = 16 * MT, STAGE = ACT_KT * ACT_STAGE_LD;
+    constexpr unsigned int STAGE = ACT_KT * ACT_STAGE_LD;
     static_assert(ACT_KT == 8 * ACT_GROUPS * ACT_KSTEPS, "a slice is ACT_KSTEPS blocks of 8 inputs for each group");
     static_assert(ACT_STAGES == 2, "one slice in flight while one is computed: the pass's partial sums take the other");
     static_assert(16 * MT * ACT_GROUP <= STAGE, "group 1's sums fit one stage");
@@ -348,7 +347,7 @@ __device__ __forceinline__ void act_layer(const float* __restrict__ src, const A
                     const unsigned int local = wlocal + 8 * n + 2 * t + e;
                     if (local < seg.lead || local >= seg.width) continue;
                     const unsigned int col = seg.col0 + local;
-                    const float bias = HEAD ? __ldg(src + seg.bias + local) : 0.0f;
+                    const float bias = __ldg(src + seg.bias + local);
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
                         const float v0 = acc[m][n][e], v1 = acc[m][n][2 + e];  // rows 16 m + g, + 8
@@ -359,13 +358,12 @@ __device__ __forceinline__ void act_layer(const float* __restrict__ src, const A
                             if (y != nullptr && r < here) y[(unsigned long long)r * out_w + col] = v0;
                             if (y != nullptr && r + 8 < here) y[(unsigned long long)(r + 8) * out_w + col] = v1;
                         } else {
-                            *reinterpret_cast<float2*>(out + act_at<MT>(r, col)) = make_float2(fmaxf(v0, 0.0f), fmaxf(v1, 0.0f));
+                            *reinterpret_cast<float2*>(out + act_at<MT>(r, col)) = make_float2(fmaxf(v0 + bias, 0.0f), fmaxf(v1 + bias, 0.0f));
                         }
                     }
                 }
         }
     }
-    if (!HEAD && L.ones != ACT_NO_ONES && threadIdx.x < R) out[act_at<MT>(threadIdx.x, L.ones)] = 1.0f;
     __syncthreads();  // the layer's output is complete
 }
 
@@ -400,12 +398,11 @@ __device__ __forceinline__ void act_forward(const In& in, unsigned long long row
     act_stage<ALIGNED>(stages, st.copy);
     act_cp_async_commit();
     __syncthreads();
-    // The states, and the ones input the first layer's bias row multiplies.
+    // The states.
     for (unsigned int i = threadIdx.x; i < here * net.s; i += blockDim.x) {
         const unsigned int r = i / net.s, k = i - r * net.s;
         P[act_at<MT>(r, k)] = in.state(first + r, k);
     }
-    if (threadIdx.x < R) P[act_at<MT>(threadIdx.x, net.s)] = 1.0f;
     __syncthreads();
 
     act_layer<MT, false, ALIGNED>(params, net.layer[0], params, &net.layer[1], st, P, Q, stages, 0, nullptr, here);

@@ -31,8 +31,6 @@ const SEGMENTS: usize = MAX_BRANCHES + 1;
 /// Floats of padding after the staged head rows and after their means (a head slot past NA
 /// reads at most 31 values past its row).
 const HEAD_PAD: usize = 32;
-/// No ones row (`ACT_NO_ONES`).
-const NO_ONES: u32 = u32::MAX;
 
 /// The rows per block of the kernel's entry points, `qnet_act_rows{R}` and
 /// `qnet_act_aligned_rows{R}` (R = 16 MT: MT row tiles of mma.m16n8k8 a warp).
@@ -48,7 +46,7 @@ fn activation_floats(rows: usize, inputs: usize) -> usize {
 /// staged columns at padded column `pcol0`, staged column j being output column `col0 + j`
 /// (the first `lead` not written: another head's, staged so the copies start aligned), weights
 /// at `w + k ld + j` of the layer's source (the flat parameters, or the dense head matrix for
-/// the heads' outputs), biases (the head-output layer) at `bias + j` of it. `x_off` is a
+/// the heads' outputs), biases at `bias + j` of it (added after the sum, every layer). `x_off` is a
 /// multiple of 8 (the kernel's input blocks).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -64,8 +62,7 @@ struct ActSegment {
     bias: u32,
 }
 
-/// `struct ActLayer`: the segments, the padded width, the slices per pass, the output row set
-/// to ones (the next trunk layer's bias row multiplies it; NO_ONES: none), and whether every
+/// `struct ActLayer`: the segments, the padded width, the slices per pass, and whether every
 /// segment's `w` and `ld` are multiples of 4 (16-byte copies; else 4-byte ones).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -73,7 +70,6 @@ struct ActLayer {
     count: u32,
     pwidth: u32,
     slices: u32,
-    ones: u32,
     vec4: u32,
     seg: [ActSegment; SEGMENTS],
 }
@@ -139,9 +135,8 @@ fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) 
     };
     // A segment (x_off, fan_in, col0, lead, width, w, ld, bias).
     type Seg = (usize, usize, usize, usize, usize, usize, usize, usize);
-    // A trunk layer: [w; b] ((fan_in + 1) x width, row-major) at `w`, its last row against
-    // the input's ones row.
-    let trunk = |w: usize, fan_in: usize, width: usize| -> Vec<Seg> { vec![(0, fan_in + 1, 0, 0, width, w, width, 0)] };
+    // A trunk layer: [w; b] ((fan_in + 1) x width, row-major) at `w`, its last row the biases.
+    let trunk = |w: usize, fan_in: usize, width: usize| -> Vec<Seg> { vec![(0, fan_in, 0, 0, width, w, width, w + fan_in * width)] };
     let head_segments = heads
         .iter()
         .map(|&(row0, fan_in, col0, width)| {
@@ -151,9 +146,8 @@ fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) 
         })
         .collect();
     let described = [trunk(at("w1")?, d.s, d.h1), trunk(at("w2")?, d.h1, d.h2), trunk(at("wh")?, d.h2, d.hw), head_segments];
-    let ones = [u32_of(d.h1)?, u32_of(d.h2)?];
     let mut layers = [ActLayer::default(); 4];
-    for (l, (layer, segments)) in layers.iter_mut().zip(&described).enumerate() {
+    for (layer, segments) in layers.iter_mut().zip(&described) {
         let (mut pcol, mut kmax) = (0, 0);
         layer.count = segments.len() as u32;
         for (s, &(x_off, fan_in, col0, lead, width, w, ld, bias)) in layer.seg.iter_mut().zip(segments) {
@@ -173,7 +167,6 @@ fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) 
         }
         layer.pwidth = u32_of(pcol)?;
         layer.slices = u32_of(kmax.div_ceil(KT))?;
-        layer.ones = ones.get(l).copied().unwrap_or(NO_ONES);
         layer.vec4 = u32::from(segments.iter().all(|s| s.5 % 4 == 0 && s.6 % 4 == 0));
     }
     Ok(layers)
@@ -194,7 +187,7 @@ fn aligned_fits(layers: &[ActLayer; 4], sources: [usize; 4]) -> bool {
 }
 
 fn u32_of(i: usize) -> Result<u32> {
-    u32::try_from(i).ok().filter(|&v| v != NO_ONES).ok_or_else(|| Error::Usage(format!("{i}: qnet_act indexes its parameters and columns below 2^32 - 1")))
+    u32::try_from(i).ok().ok_or_else(|| Error::Usage(format!("{i}: qnet_act indexes its parameters and columns below 2^32")))
 }
 
 /// The fused forward for one rows-per-block choice: its network description and its
@@ -207,15 +200,14 @@ struct Plan {
 }
 
 impl Plan {
-    /// P and Q as the top of cuda/qnet_act.cu lays them out: the activations (act_at; each
-    /// trunk output with its ones row, each layer's input as far as its slices read), the
-    /// staged head rows and their means.
+    /// P and Q as the top of cuda/common/qnet_act.cuh lays them out: the activations (act_at;
+    /// each layer's input as far as its slices read), the staged head rows and their means.
     fn of(d: Dims, layers: &[ActLayer; 4], rows: usize) -> Plan {
         let act = |inputs: usize| activation_floats(rows, inputs);
         let staged = rows * d.ow + HEAD_PAD;
         let means = rows * d.kk * d.na + HEAD_PAD;
-        let p = [act(layers[0].span()), act(d.h2 + 1), act(layers[2].span()), staged];
-        let q = [act(d.h1 + 1), act(layers[1].span()), act(d.hw), act(layers[3].span()), means];
+        let p = [act(layers[0].span()), act(d.h2), act(layers[2].span()), staged];
+        let q = [act(d.h1), act(layers[1].span()), act(d.hw), act(layers[3].span()), means];
         let floats = |v: &[usize]| v.iter().copied().max().unwrap_or(0).next_multiple_of(4);
         let (p_floats, q_floats) = (floats(&p), floats(&q));
         let smem = 4 * (p_floats + q_floats + STAGES * KT * STAGE_LD);
@@ -431,13 +423,13 @@ mod tests {
     }
 
     /// The forward as qnet_act computes it from its sources (its segments, slices, zero
-    /// fills, leads, ones rows and head biases), in f64: the head-output rows with their bias.
+    /// fills, leads and biases), in f64: the head-output rows with their bias.
     fn staged_forward(cfg: &QNetConfig, params: &[f32], states: &[f32]) -> Vec<f64> {
         let d = Dims::of(cfg, 1);
         let layers = layers_of(cfg, d, &heads_of(cfg)).unwrap();
         let widths = [d.h1, d.h2, d.hw, d.ow];
         let (dense, _) = sources(cfg, params);
-        let mut act: Vec<Vec<f64>> = states.chunks_exact(d.s).map(|r| r.iter().map(|&v| f64::from(v)).chain([1.0]).collect()).collect();
+        let mut act: Vec<Vec<f64>> = states.chunks_exact(d.s).map(|r| r.iter().map(|&v| f64::from(v)).collect()).collect();
         for (l, (layer, &width)) in layers.iter().zip(&widths).enumerate() {
             let src = |i: usize| f64::from(if l == 3 { dense[i] } else { params[i] });
             act = act
@@ -446,17 +438,13 @@ mod tests {
                     let mut out = vec![0.0; width];
                     for pc in 0..layer.passes() * COLS {
                         let Some((seg, local)) = written(layer, pc) else { continue };
-                        let mut sum = if l == 3 { src(seg.bias as usize + local) } else { 0.0 };
+                        let mut sum = src(seg.bias as usize + local);
                         for k in 0..layer.slices as usize * KT {
                             // Past the layer's input: a finite value the zero weight cancels.
                             let xin = x.get(seg.x_off as usize + k).copied().unwrap_or(7.0);
                             sum += xin * staged_index(layer, pc, k).map_or(0.0, src);
                         }
                         out[seg.col0 as usize + local] = if l < 3 { sum.max(0.0) } else { sum };
-                    }
-                    if layer.ones != NO_ONES {
-                        assert_eq!(layer.ones as usize, width, "the ones row follows the output");
-                        out.push(1.0);
                     }
                     out
                 })
@@ -486,7 +474,7 @@ mod tests {
                             seen[p] += 1;
                         }
                     }
-                    if let (3, Some((seg, local))) = (l, written(layer, pc)) {
+                    if let Some((seg, local)) = written(layer, pc) {
                         seen[param(l, seg.bias as usize + local).expect("the bias row is on the blocks")] += 1;
                     }
                 }
