@@ -71,6 +71,14 @@ struct ActionBranches {
 // SAFETY: plain old data of u32, laid out as the kernel's struct (repr(C)).
 unsafe impl cudarc::driver::DeviceRepr for ActionBranches {}
 
+impl ActionBranches {
+    /// The Q-values row's width: every branch's actions (`branches_width`,
+    /// cuda/common/env_steps.cuh).
+    fn width(&self) -> usize {
+        self.n[..self.count as usize].iter().map(|&n| n as usize).sum()
+    }
+}
+
 /// `struct ActEnv` of cuda/experience_step.cu, field for field: what the experience step in
 /// one launch reads and writes of one [`Env`] (the device addresses of its market,
 /// portfolios and outputs, and its constants), a kernel argument. Built by [`Env::step`].
@@ -115,7 +123,7 @@ impl ExperienceEnv {
 
     /// The Q-values row's width: every branch's actions.
     pub fn actions(&self) -> usize {
-        self.branches.n[..self.branches.count as usize].iter().map(|&n| n as usize).sum()
+        self.branches.width()
     }
 }
 
@@ -428,8 +436,8 @@ impl Env {
 
     /// `action_select` on Q-values `q` `[N x sum n_k]`.
     pub fn action_select(&mut self, q: &CudaSlice<f32>) -> Result<()> {
-        let width: u32 = self.branches.n.iter().sum();
-        if q.len() != self.cfg.envs * width as usize {
+        let width = self.branches.width();
+        if q.len() != self.cfg.envs * width {
             return Err(Error::Usage(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
         }
         let envs = self.params.envs;
@@ -490,8 +498,8 @@ impl Env {
     /// `env_step`: [`Env::action_select`] on `q`, [`Env::fill_step`] and [`Env::barriers`]
     /// as one launch (each env's three steps in one thread), the same outputs bit for bit.
     pub fn env_step(&mut self, q: &CudaSlice<f32>) -> Result<()> {
-        let width: u32 = self.branches.n.iter().sum();
-        if q.len() != self.cfg.envs * width as usize {
+        let width = self.branches.width();
+        if q.len() != self.cfg.envs * width {
             return Err(Error::Usage(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
         }
         let m = &self.market;

@@ -811,16 +811,18 @@ impl QNet {
         }
         let (d, r) = (self.d, a.rows);
         self.check_len("acting input", x.len(), r * (d.s + 1))?;
-        let head = act::ActHead {
-            shape: &self.shape,
-            na: d.na as u32,
-            v_min: self.cfg.v_min,
-            v_max: self.cfg.v_max,
-            lpa: self.head.head_q.lpa as u32,
-        };
+        let (online, head) = self.act_network();
         let io = act::ActIo { x, rows: r, y: if a.outputs { Some(&mut a.y) } else { None }, q: &mut a.q };
-        let online = act::ActParams { params: self.params.slice(..d.params), heads: self.heads_w.slice(..(d.hw + 1) * d.ow) };
         act::launch(&self.stream, &self.fused, online, head, io)
+    }
+
+    /// The online network and head constants as the one-launch forward takes them
+    /// (`qnet_act` and `experience_step`).
+    fn act_network(&self) -> (act::ActParams<'_>, act::ActHead<'_>) {
+        let d = self.d;
+        let online = act::ActParams { params: self.params.slice(..d.params), heads: self.heads_w.slice(..(d.hw + 1) * d.ow) };
+        let head = act::ActHead { shape: &self.shape, na: d.na as u32, v_min: self.cfg.v_min, v_max: self.cfg.v_max, lpa: self.head.head_q.lpa as u32 };
+        (online, head)
     }
 
     /// The whole experience step of `env`'s envs in one launch (`experience_step`): their
@@ -847,8 +849,7 @@ impl QNet {
                 d.qw
             )));
         }
-        let head = act::ActHead { shape: &self.shape, na: d.na as u32, v_min: self.cfg.v_min, v_max: self.cfg.v_max, lpa: self.head.head_q.lpa as u32 };
-        let online = act::ActParams { params: self.params.slice(..d.params), heads: self.heads_w.slice(..(d.hw + 1) * d.ow) };
+        let (online, head) = self.act_network();
         let y = if a.outputs { Some(&mut a.y) } else { None };
         act::launch_step(&self.stream, &self.fused, online, head, env, y, &mut a.q)
     }
