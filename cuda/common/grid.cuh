@@ -20,7 +20,7 @@ __device__ __forceinline__ bool last_block_done(unsigned int* counter) {
 }
 
 // Programmatic dependent launch (sm_90): a kernel the host launches with programmatic stream
-// serialization (runtime::launch_programmatic) may start while the kernel before it on the
+// serialization (runtime::Programmatic) may start while the kernel before it on the
 // stream is still running. It calls grid_wait_for_prior before it reads anything that kernel
 // writes and before it writes anything at all: that returns once the prior grid has completed
 // and its writes are visible. grid_let_dependents_launch lets the next such kernel start (its
