@@ -45,27 +45,27 @@ struct ActEnv {
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 experience_step_rows16(const ActEnv env, const float* __restrict__ params, const float* __restrict__ heads,
     const ActNet net, const BranchShape shape, unsigned int na, float v_min,
-    float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    act_forward<1, false>(env, env.p.envs, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
+    float v_max, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<1, false>(env, env.p.envs, params, heads, net, shape, na, v_min, v_max, y, q);
 }
 
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 experience_step_rows32(const ActEnv env, const float* __restrict__ params, const float* __restrict__ heads,
     const ActNet net, const BranchShape shape, unsigned int na, float v_min,
-    float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    act_forward<2, false>(env, env.p.envs, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
+    float v_max, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<2, false>(env, env.p.envs, params, heads, net, shape, na, v_min, v_max, y, q);
 }
 
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 experience_step_aligned_rows16(const ActEnv env, const float* __restrict__ params, const float* __restrict__ heads,
     const ActNet net, const BranchShape shape, unsigned int na, float v_min,
-    float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    act_forward<1, true>(env, env.p.envs, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
+    float v_max, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<1, true>(env, env.p.envs, params, heads, net, shape, na, v_min, v_max, y, q);
 }
 
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 experience_step_aligned_rows32(const ActEnv env, const float* __restrict__ params, const float* __restrict__ heads,
     const ActNet net, const BranchShape shape, unsigned int na, float v_min,
-    float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    act_forward<2, true>(env, env.p.envs, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
+    float v_max, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<2, true>(env, env.p.envs, params, heads, net, shape, na, v_min, v_max, y, q);
 }

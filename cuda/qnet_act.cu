@@ -19,27 +19,27 @@ struct ActX {
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 qnet_act_rows16(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ params,
     const float* __restrict__ heads, const ActNet net, const BranchShape shape,
-    unsigned int na, float v_min, float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    act_forward<1, false>(ActX{x, net.x_ld}, rows, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
+    unsigned int na, float v_min, float v_max, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<1, false>(ActX{x, net.x_ld}, rows, params, heads, net, shape, na, v_min, v_max, y, q);
 }
 
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 qnet_act_rows32(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ params,
     const float* __restrict__ heads, const ActNet net, const BranchShape shape,
-    unsigned int na, float v_min, float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    act_forward<2, false>(ActX{x, net.x_ld}, rows, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
+    unsigned int na, float v_min, float v_max, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<2, false>(ActX{x, net.x_ld}, rows, params, heads, net, shape, na, v_min, v_max, y, q);
 }
 
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 qnet_act_aligned_rows16(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ params,
     const float* __restrict__ heads, const ActNet net, const BranchShape shape,
-    unsigned int na, float v_min, float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    act_forward<1, true>(ActX{x, net.x_ld}, rows, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
+    unsigned int na, float v_min, float v_max, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<1, true>(ActX{x, net.x_ld}, rows, params, heads, net, shape, na, v_min, v_max, y, q);
 }
 
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 qnet_act_aligned_rows32(const float* __restrict__ x, unsigned long long rows, const float* __restrict__ params,
     const float* __restrict__ heads, const ActNet net, const BranchShape shape,
-    unsigned int na, float v_min, float v_max, unsigned int lpa, float* __restrict__ y, float* __restrict__ q) {
-    act_forward<2, true>(ActX{x, net.x_ld}, rows, params, heads, net, shape, na, v_min, v_max, lpa, y, q);
+    unsigned int na, float v_min, float v_max, float* __restrict__ y, float* __restrict__ q) {
+    act_forward<2, true>(ActX{x, net.x_ld}, rows, params, heads, net, shape, na, v_min, v_max, y, q);
 }

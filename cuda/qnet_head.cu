@@ -20,9 +20,10 @@
 // QNET_HEAD_Q_SLOTS atoms a lane (so lpa = 4 for 51 atoms) and Q = sum e z / sum e. Its
 // float softmax errs by a few float ulps of sum_z p_z |z_z| (exp's error, the float sums),
 // so it is held to the FlashAttention rule against a float reference summing in another
-// order (oracle: qnet::head_q, head_q_f32). Measured dead end: one thread per (row, action)
-// walking its atoms twice needs the fewest instructions, but each warp's chain of ~2600
-// dependent instructions (11 cycles apiece) made it no faster (15-18 us at N = 4096).
+// order (oracle: qnet::head_q, head_q_f32). Measured dead end here: one thread per (row,
+// action) walking its atoms twice needs the fewest instructions, but each warp's chain of
+// ~2600 dependent instructions (11 cycles apiece) made it no faster (15-18 us at N = 4096).
+// The fused forward's head_q_items (cuda/common/head.cuh) runs 4 chains a thread instead.
 // Grid (ceil(rows / block_rows), 1); dynamic shared memory block_rows (out + K NA) + 32 floats.
 //
 // qnet_head's work split, so that each value is formed once. Grid (ceil(rows / block_rows), nets): a

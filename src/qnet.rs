@@ -821,7 +821,7 @@ impl QNet {
     fn act_network(&self) -> (act::ActParams<'_>, act::ActHead<'_>) {
         let d = self.d;
         let online = act::ActParams { params: self.params.slice(..d.params), heads: self.heads_w.slice(..(d.hw + 1) * d.ow) };
-        let head = act::ActHead { shape: &self.shape, na: d.na as u32, v_min: self.cfg.v_min, v_max: self.cfg.v_max, lpa: self.head.head_q.lpa as u32 };
+        let head = act::ActHead { shape: &self.shape, na: d.na as u32, v_min: self.cfg.v_min, v_max: self.cfg.v_max };
         (online, head)
     }
 

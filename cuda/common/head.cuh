@@ -1,8 +1,10 @@
 // The float acting head's stages after the head-output rows are staged (y + bias, one row
 // of out_w values per row): the advantage means, then per (row, action) the softmax over
-// atoms and Q. Shared by qnet_head_q (cuda/qnet_head.cu), which stages rows from global
-// memory, and qnet_act (cuda/qnet_act.cu), whose head-output layer stages them itself.
-// head_means is also qnet_head's (in double). Oracle: qnet::head_q, head_q_f32.
+// atoms and Q. qnet_head_q (cuda/qnet_head.cu), which stages rows from global memory, takes
+// the softmax by lane groups (head_q_rows); the fused forward (cuda/common/qnet_act.cuh),
+// whose head-output layer stages them itself, by one thread per (row, action)
+// (head_q_items). head_means is both's, and qnet_head's (in double). Oracle: qnet::head_q,
+// head_q_f32.
 #pragma once
 #include "common/lanes.cuh"
 #include "common/qnet.cuh"
@@ -22,8 +24,8 @@ __device__ __forceinline__ float exp_ftz(float x) {
 
 // mean: each branch's advantage mean per atom, once per (row, branch, z), in order j, into
 // mean [here][K][NA]. A thread keeps one (branch, z) column (or, with fewer threads than
-// columns, one column at a time) and takes the rows in turn: blockDim / (K NA) rows in
-// parallel, so no item pays a division for its place.
+// columns, one column at a time) and takes the rows in turn, two at a time (two independent
+// chains): blockDim / (K NA) rows in parallel, so no item pays a division for its place.
 template <typename Real>
 __device__ __forceinline__ void head_means(const Real* staged, const BranchShape& shape, unsigned int na,
                                            unsigned int here, unsigned int out_w, Real* mean) {
@@ -34,11 +36,16 @@ __device__ __forceinline__ void head_means(const Real* staged, const BranchShape
     for (unsigned int kz = threadIdx.x - r0 * cols; kz < mean_w; kz += cols) {
         const unsigned int k = kz / na, z = kz - k * na, n = shape.n[k];
         const Real* a0 = staged + shape.out[k + 1] + z;
-        for (unsigned int r = r0; r < here; r += rows_at_once) {
+        // Two rows at a time (two independent chains); the second may be the first again.
+        for (unsigned int r = r0; r < here; r += 2 * rows_at_once) {
+            const unsigned int r2 = r + rows_at_once;
             const Real* a = a0 + r * out_w;
-            Real sum = 0;
-            for (unsigned int j = 0; j < n; ++j) sum += a[j * na];
-            mean[r * mean_w + kz] = sum / (Real)n;
+            const Real* b = a0 + (r2 < here ? r2 : r) * out_w;
+            Real sa = 0, sb = 0;
+#pragma unroll 1
+            for (unsigned int j = 0; j < n; ++j) sa += a[j * na], sb += b[j * na];
+            mean[r * mean_w + kz] = sa / (Real)n;
+            if (r2 < here) mean[r2 * mean_w + kz] = sb / (Real)n;
         }
     }
 }
@@ -104,5 +111,75 @@ __device__ __forceinline__ void head_q_rows(const float* staged, const float* me
             sez = group_sum(sez, LANES_ALL, lpa);
             if (item && lane == 0) *out = sez / se;
         }
+    }
+}
+
+// softmax and Q of the staged rows, one thread per (row, action): its logits (v + a_j) - mean
+// over the atoms in order, written over its own advantages a_j (no other item reads them)
+// while their max is taken, then e = exp(logit - max), sum e and sum e z in 4 interleaved
+// partial sums (atom z into partial z % 4), combined (p0 + p2) + (p1 + p3), so that each
+// thread runs 4 independent chains. Q = sum e z / sum e. That is head_q_rows's arithmetic
+// at lpa = 4 (33 to 64 atoms: the same bits); other atom counts sum in this order, held to
+// the same rule. In the fused forward (one block's rows on 16 warps) it is the faster of
+// the two (docs/BENCHMARKS.md): the lane groups' slots each pay a bound check and an
+// address, and their butterflies a shuffle chain. `staged` is [here][out_w], `mean`
+// [here][K][NA]; q [here][A] from the block's first row.
+__device__ __forceinline__ void head_q_items(float* staged, const float* mean, const BranchShape& shape,
+                                             unsigned int na, float v_min, float v_max, unsigned int here,
+                                             float* __restrict__ q) {
+    const unsigned int nbranch = shape.count, A = shape.q[nbranch];
+    const unsigned int out_w = shape.out[nbranch + 1], mean_w = nbranch * na;
+    const float neg_inf = __int_as_float(0xff800000);
+    const float lo = v_min, dz = na > 1 ? (v_max - v_min) / (float)(na - 1) : 0.0f;
+    const unsigned int quads = na / 4 * 4;
+    for (unsigned int item = threadIdx.x; item < here * A; item += blockDim.x) {
+        const unsigned int r = item / A, act = item - r * A;
+        unsigned int k = 0;
+        while (act >= shape.q[k + 1]) ++k;
+        const float* s = staged + r * out_w;
+        float* a = staged + r * out_w + shape.out[k + 1] + (act - shape.q[k]) * na;
+        const float* m = mean + r * mean_w + k * na;
+        if (na == 1) {  // the logit is Q
+            q[item] = (s[0] + a[0]) - m[0];
+            continue;
+        }
+        float mx[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
+        for (unsigned int z = 0; z < quads; z += 4) {
+#pragma unroll
+            for (unsigned int i = 0; i < 4; ++i) {
+                const float l = (s[z + i] + a[z + i]) - m[z + i];
+                a[z + i] = l;
+                mx[i] = fmaxf(mx[i], l);
+            }
+        }
+#pragma unroll
+        for (unsigned int i = 0; i < 3; ++i) {
+            const unsigned int z = quads + i;
+            if (z < na) {
+                const float l = (s[z] + a[z]) - m[z];
+                a[z] = l;
+                mx[i] = fmaxf(mx[i], l);
+            }
+        }
+        const float top = fmaxf(fmaxf(mx[0], mx[2]), fmaxf(mx[1], mx[3]));
+        float se[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sez[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (unsigned int z = 0; z < quads; z += 4) {
+#pragma unroll
+            for (unsigned int i = 0; i < 4; ++i) {
+                const float e = exp_ftz(a[z + i] - top);
+                se[i] += e;
+                sez[i] = fmaf(e, support_atom(lo, dz, z + i), sez[i]);
+            }
+        }
+#pragma unroll
+        for (unsigned int i = 0; i < 3; ++i) {
+            const unsigned int z = quads + i;
+            if (z < na) {
+                const float e = exp_ftz(a[z] - top);
+                se[i] += e;
+                sez[i] = fmaf(e, support_atom(lo, dz, z), sez[i]);
+            }
+        }
+        q[item] = ((sez[0] + sez[2]) + (sez[1] + sez[3])) / ((se[0] + se[2]) + (se[1] + se[3]));
     }
 }

@@ -66,6 +66,10 @@
 // A staged slice is [ACT_KT][ACT_STAGE_LD], ACT_STAGE_LD = 8 mod 32: lane (g, t) reads its
 // B elements B[t][g], B[t + 4][g] at bank 8 t + g.
 //
+// Parameters: a pass finds its segment's index on the segments' first columns and reads
+// that one segment (act_segment), where a select over every segment's fields cost each
+// pass's set-up and epilogue dozens of constant-bank reads.
+//
 // Numerics. Each output's sum is (group 0's mma accumulations over its inputs, in order) +
 // (group 1's), the same for every rows-per-block (a row's result does not depend on the other
 // rows of its tile); a hidden output is relu(sum + bias), rounded once; a head-output value
@@ -117,14 +121,14 @@ struct ActNet {
     unsigned int s, x_ld, p_floats, q_floats;
 };
 
-// The segment of padded column p (constant indices only, so the layer stays in the
-// parameter bank).
-__device__ __forceinline__ ActSegment act_segment(const ActLayer& L, unsigned int p) {
-    ActSegment s = L.seg[0];
+// The segment of padded column p: its index found on the segments' first columns, then the
+// segment read by that index.
+__device__ __forceinline__ const ActSegment& act_segment(const ActLayer& L, unsigned int p) {
+    unsigned int at = 0;
 #pragma unroll
     for (unsigned int h = 1; h < ACT_SEGMENTS; ++h)
-        if (h < L.count && p >= L.seg[h].pcol0) s = L.seg[h];
-    return s;
+        if (h < L.count && p >= L.seg[h].pcol0) at = h;
+    return L.seg[at];
 }
 
 // Where input k of block row r lies in an activation buffer of R = 16 MT rows: the float4 of
@@ -266,9 +270,10 @@ struct ActStream {
 
 // One layer (see the top of the file), its weights and biases in `src`; `next` (null for
 // the last) the layer after it, whose weights are in `next_src`. Hidden layers (HEAD
-// false): out = relu(acc + bias) as the next layer's input (act_at). The head-output layer: out[r][c] (row-major, out_w wide) = acc + bias, and y[r][c]
-// = acc for rows below `here` if y is not null. On entry the stream's slice u (the layer's
-// first) is in flight. ALIGNED: the aligned feed (see the top of the file).
+// false): out = relu(acc + bias) as the next layer's input (act_at). The head-output layer:
+// out[r][c] (row-major, out_w wide) = acc + bias, and y[r][c] = acc for rows below `here` if
+// y is not null. On entry the stream's slice u (the layer's first) is in flight. ALIGNED:
+// the aligned feed (see the top of the file).
 template <int MT, bool HEAD, bool ALIGNED>
 __device__ __forceinline__ void act_layer(const float* __restrict__ src, const ActLayer& L,
                                           const float* __restrict__ next_src, const ActLayer* next, ActStream& st,
@@ -376,7 +381,7 @@ template <int MT, bool ALIGNED, class In>
 __device__ __forceinline__ void act_forward(const In& in, unsigned long long rows,
                                             const float* __restrict__ params, const float* __restrict__ heads,
                                             const ActNet& net, const BranchShape& shape, unsigned int na,
-                                            float v_min, float v_max, unsigned int lpa, float* __restrict__ y,
+                                            float v_min, float v_max, float* __restrict__ y,
                                             float* __restrict__ q) {
     constexpr unsigned int R = 16 * MT;
     extern __shared__ __align__(16) float act_smem[];
@@ -412,6 +417,6 @@ __device__ __forceinline__ void act_forward(const In& in, unsigned long long row
 
     head_means(P, shape, na, here, out_w, Q);
     __syncthreads();
-    head_q_rows(P, Q, shape, na, v_min, v_max, here, lpa, q + first * A);
+    head_q_items(P, Q, shape, na, v_min, v_max, here, q + first * A);
     in.after(first, here, q);
 }

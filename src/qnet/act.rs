@@ -311,13 +311,12 @@ pub(super) struct ActIo<'a> {
     pub q: &'a mut CudaSlice<f32>,
 }
 
-/// The head's constants: the branch shape, atoms, support and lanes per (row, action).
+/// The head's constants: the branch shape, atoms and support.
 pub(super) struct ActHead<'a> {
     pub shape: &'a BranchShape,
     pub na: u32,
     pub v_min: f32,
     pub v_max: f32,
-    pub lpa: u32,
 }
 
 /// The online network as qnet_act reads it: its flat parameters and its dense head matrix.
@@ -336,10 +335,10 @@ fn shape_of(fused: &Fused, rows: usize) -> Result<(&Entry, &Plan, LaunchConfig)>
 }
 
 /// The arguments after the rows' inputs, common to both kernels: the online parameters and
-/// dense head matrix, ActNet and BranchShape by value, u32 na, f32 v_min, v_max, u32 lpa.
+/// dense head matrix, ActNet and BranchShape by value, u32 na, f32 v_min, v_max.
 fn push_network<'a>(l: &mut Programmatic<'a>, online: &'a ActParams, plan: &'a Plan, head: &'a ActHead) {
     l.input(&online.params).input(&online.heads);
-    l.value(&plan.net).value(head.shape).value(&head.na).value(&head.v_min).value(&head.v_max).value(&head.lpa);
+    l.value(&plan.net).value(head.shape).value(&head.na).value(&head.v_min).value(&head.v_max);
 }
 
 /// Launch `qnet_act` on `io.rows` rows (requires `fused.block_rows(io.rows)`).
