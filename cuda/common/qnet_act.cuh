@@ -49,10 +49,14 @@
 // a group, warp w owns columns [32 w, 32 w + 32) of the pass and all R rows: MT = R / 16 row
 // tiles by 4 column tiles of mma.m16n8k8, 16 MT accumulators a lane. At the end of a pass
 // group 0 adds group 1's sums (left in the stage just computed) and writes the outputs.
-// Thread i copies the 4 columns at 4 (i % 64) of staged rows i / 64 + 8 j: one segment's for
-// the whole pass. Aligned networks (qnet_act_aligned_rows{R}: every staged row starts 16-byte
-// aligned and its width rounded up to 4 lies inside the source, the host's `aligned_fits`;
-// the default network is one) take only 16-byte copies, compiled without the 4-byte path:
+// Thread i of group g copies the 4 columns at 4 (i % 64) of staged rows 16 g + (i % 256) / 64
+// + 4 j, the group's own 16 rows of the slice: one segment's for the whole pass. So a group
+// waits on its own copies only, and each slice starts at a barrier of the group's 256
+// threads (act_group_sync), not of the block: within a pass the two groups drift apart, one's
+// copy issue and barrier under the other's mma, and meet at the pass's end for the sums.
+// Aligned networks (qnet_act_aligned_rows{R}: every staged row starts 16-byte aligned and its
+// width rounded up to 4 lies inside the source, the host's `aligned_fits`; the default
+// network is one) take only 16-byte copies, compiled without the 4-byte path:
 // rows past a segment's fan-in zero-filled (zero-byte copies, which read nothing), a chunk's
 // columns past the width read (from the row's next weights) but never written out, chunks
 // wholly past it not copied (their staged columns feed only outputs that are not written).
@@ -152,6 +156,12 @@ __device__ __forceinline__ void act_cp_async4(float* dst, const float* src, unsi
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes));
 }
 
+// A barrier of group `group`'s ACT_GROUP threads only (named barrier 1 + group; 0 is
+// __syncthreads'), with shared memory ordered across it.
+__device__ __forceinline__ void act_group_sync(unsigned int group) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + group), "n"(ACT_GROUP) : "memory");
+}
+
 __device__ __forceinline__ void act_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N>
@@ -173,7 +183,8 @@ struct ActCopy {
 template <bool ALIGNED>
 __device__ __forceinline__ ActCopy act_copy_of(const float* __restrict__ src, const ActLayer& L, unsigned int p0) {
     constexpr unsigned int chunks = ACT_COLS / 4;
-    const unsigned int cc = threadIdx.x % chunks, kk = threadIdx.x / chunks, p = p0 + 4 * cc;
+    const unsigned int gt = threadIdx.x % ACT_GROUP, cc = gt % chunks, p = p0 + 4 * cc;
+    const unsigned int kk = (ACT_KT / ACT_GROUPS) * (threadIdx.x / ACT_GROUP) + gt / chunks;
     const ActSegment s = act_segment(L, p);
     const unsigned int dst = kk * ACT_STAGE_LD + 4 * cc;
     ActCopy c{src, src, 0, kk, 0, 0, dst, L.vec4};
@@ -188,10 +199,10 @@ __device__ __forceinline__ ActCopy act_copy_of(const float* __restrict__ src, co
 // aligned feed: see the top of the file), and the copy moved on to the slice after it.
 template <bool ALIGNED>
 __device__ __forceinline__ void act_stage(float* stage, ActCopy& c) {
-    constexpr unsigned int rows_per = ACT_THREADS / (ACT_COLS / 4);
-    static_assert(ACT_KT % rows_per == 0, "a slice is whole rows of copies for every thread");
+    constexpr unsigned int rows_per = ACT_GROUP / (ACT_COLS / 4);
+    static_assert((ACT_KT / ACT_GROUPS) % rows_per == 0, "a group's rows of a slice are whole rows of copies for each of its threads");
 #pragma unroll
-    for (unsigned int j = 0; j < ACT_KT / rows_per; ++j) {
+    for (unsigned int j = 0; j < ACT_KT / ACT_GROUPS / rows_per; ++j) {
         const bool in = c.k + j * rows_per < c.fan_in;
         const float* row = in ? c.src + j * rows_per * c.ld : c.base;
         float* dst = stage + c.dst + j * rows_per * ACT_STAGE_LD;
@@ -305,7 +316,7 @@ __device__ __forceinline__ void act_layer(const float* __restrict__ src, const A
 
         for (unsigned int s = 0; s < slices; ++s, ++st.u, xq += (ACT_KT / 8) * MT * 128) {
             act_cp_async_wait<0>();
-            __syncthreads();  // slice u is in for every thread; every warp is done with u - 1
+            act_group_sync(group);  // the group's rows of slice u are in; its warps are done with u - 1
             // The stream's next slice: this pass's, the next pass's first, the next layer's first.
             if (s + 1 == slices && p0 + ACT_COLS < L.pwidth) st.copy = act_copy_of<ALIGNED>(src, L, p0 + ACT_COLS);
             if (s + 1 == slices && p0 + ACT_COLS >= L.pwidth && next != nullptr) st.copy = act_copy_of<ALIGNED>(next_src, *next, 0);
