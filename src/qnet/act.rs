@@ -28,8 +28,10 @@ const STAGE_LD: usize = COLS + 8;
 const STAGES: usize = 2;
 /// Segments a layer may have (`ACT_SEGMENTS`): the value head and one per branch.
 const SEGMENTS: usize = MAX_BRANCHES + 1;
-/// Floats of padding after the staged head rows and after their means (a head slot past NA
-/// reads at most 31 values past its row).
+/// Floats of padding after the staged head rows and after their means. The lane-group head
+/// read up to 31 values past a row; `head_q_items`, the fused head since 7c26285, reads none,
+/// so this is now unread slack (at most 256 bytes a block), kept until the layout without it has run
+/// on a GPU (its shared-memory offsets move; cuda/common/qnet_act.cuh still describes it).
 const HEAD_PAD: usize = 32;
 
 /// The rows per block of the kernel's entry points, `qnet_act_rows{R}` and
