@@ -143,43 +143,33 @@ __device__ __forceinline__ void head_q_items(float* staged, const float* mean, c
             q[item] = (s[0] + a[0]) - m[0];
             continue;
         }
+        // Atom z into partial i = z % 4: the quads, then the up to 3 atoms past them.
         float mx[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
-        for (unsigned int z = 0; z < quads; z += 4) {
+        const auto logit = [&](unsigned int z, unsigned int i) {
+            const float l = (s[z] + a[z]) - m[z];
+            a[z] = l;
+            mx[i] = fmaxf(mx[i], l);
+        };
+        for (unsigned int z = 0; z < quads; z += 4)
 #pragma unroll
-            for (unsigned int i = 0; i < 4; ++i) {
-                const float l = (s[z + i] + a[z + i]) - m[z + i];
-                a[z + i] = l;
-                mx[i] = fmaxf(mx[i], l);
-            }
-        }
+            for (unsigned int i = 0; i < 4; ++i) logit(z + i, i);
 #pragma unroll
-        for (unsigned int i = 0; i < 3; ++i) {
-            const unsigned int z = quads + i;
-            if (z < na) {
-                const float l = (s[z] + a[z]) - m[z];
-                a[z] = l;
-                mx[i] = fmaxf(mx[i], l);
-            }
-        }
+        for (unsigned int i = 0; i < 3; ++i)
+            if (quads + i < na) logit(quads + i, i);
+
         const float top = fmaxf(fmaxf(mx[0], mx[2]), fmaxf(mx[1], mx[3]));
         float se[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sez[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (unsigned int z = 0; z < quads; z += 4) {
+        const auto weigh = [&](unsigned int z, unsigned int i) {
+            const float e = exp_ftz(a[z] - top);
+            se[i] += e;
+            sez[i] = fmaf(e, support_atom(lo, dz, z), sez[i]);
+        };
+        for (unsigned int z = 0; z < quads; z += 4)
 #pragma unroll
-            for (unsigned int i = 0; i < 4; ++i) {
-                const float e = exp_ftz(a[z + i] - top);
-                se[i] += e;
-                sez[i] = fmaf(e, support_atom(lo, dz, z + i), sez[i]);
-            }
-        }
+            for (unsigned int i = 0; i < 4; ++i) weigh(z + i, i);
 #pragma unroll
-        for (unsigned int i = 0; i < 3; ++i) {
-            const unsigned int z = quads + i;
-            if (z < na) {
-                const float e = exp_ftz(a[z] - top);
-                se[i] += e;
-                sez[i] = fmaf(e, support_atom(lo, dz, z), sez[i]);
-            }
-        }
+        for (unsigned int i = 0; i < 3; ++i)
+            if (quads + i < na) weigh(quads + i, i);
         q[item] = ((sez[0] + sez[2]) + (sez[1] + sez[3])) / ((se[0] + se[2]) + (se[1] + se[3]));
     }
 }

@@ -82,10 +82,9 @@
 //
 // Shared memory (the host sizes it from the network, ActNet): P [p_floats], Q [q_floats],
 // the stages [ACT_STAGES][ACT_KT][ACT_STAGE_LD]. P holds the input rows, then trunk 2's
-// output, then the staged head rows [R][out_w] and 32 floats of padding; Q holds the first
-// layer's output, then the heads' hidden layer, then the head's means [R][K][NA] and padding. Both are zeroed first:
-// a slice reads up to ACT_KT - 1 inputs past a segment's fan-in, which must be finite
-// (their weights are 0).
+// output, then the staged head rows [R][out_w]; Q holds the first layer's output, then the
+// heads' hidden layer, then the head's means [R][K][NA]. Both are zeroed first: a slice reads
+// up to ACT_KT - 1 inputs past a segment's fan-in, which must be finite (their weights are 0).
 //
 // Grid (ceil(rows / R)), ACT_THREADS threads. y (rows x out_w, the head outputs without
 // bias) is written if not null; q (rows x A) always.

@@ -28,11 +28,6 @@ const STAGE_LD: usize = COLS + 8;
 const STAGES: usize = 2;
 /// Segments a layer may have (`ACT_SEGMENTS`): the value head and one per branch.
 const SEGMENTS: usize = MAX_BRANCHES + 1;
-/// Floats of padding after the staged head rows and after their means. The lane-group head
-/// read up to 31 values past a row; `head_q_items`, the fused head since 7c26285, reads none,
-/// so this is now unread slack (at most 256 bytes a block), kept until the layout without it has run
-/// on a GPU (its shared-memory offsets move; cuda/common/qnet_act.cuh still describes it).
-const HEAD_PAD: usize = 32;
 
 /// The rows per block of the kernel's entry points, `qnet_act_rows{R}` and
 /// `qnet_act_aligned_rows{R}` (R = 16 MT: MT row tiles of mma.m16n8k8 a warp).
@@ -206,8 +201,8 @@ impl Plan {
     /// each layer's input as far as its slices read), the staged head rows and their means.
     fn of(d: Dims, layers: &[ActLayer; 4], rows: usize) -> Plan {
         let act = |inputs: usize| activation_floats(rows, inputs);
-        let staged = rows * d.ow + HEAD_PAD;
-        let means = rows * d.kk * d.na + HEAD_PAD;
+        let staged = rows * d.ow;
+        let means = rows * d.kk * d.na;
         let p = [act(layers[0].span()), act(d.h2), act(layers[2].span()), staged];
         let q = [act(d.h1), act(layers[1].span()), act(d.hw), act(layers[3].span()), means];
         let floats = |v: &[usize]| v.iter().copied().max().unwrap_or(0).next_multiple_of(4);
