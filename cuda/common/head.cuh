@@ -114,6 +114,19 @@ __device__ __forceinline__ void head_q_rows(const float* staged, const float* me
     }
 }
 
+// step(z, z % 4) for each atom z < na in order: the whole fours, unrolled, then the up to 3
+// atoms past them. head_q_items' partial sums: atom z goes into partial z % 4.
+template <class Step>
+__device__ __forceinline__ void each_atom_by_4(unsigned int na, const Step& step) {
+    const unsigned int quads = na / 4 * 4;
+    for (unsigned int z = 0; z < quads; z += 4)
+#pragma unroll
+        for (unsigned int i = 0; i < 4; ++i) step(z + i, i);
+#pragma unroll
+    for (unsigned int i = 0; i < 3; ++i)
+        if (quads + i < na) step(quads + i, i);
+}
+
 // softmax and Q of the staged rows, one thread per (row, action): its logits (v + a_j) - mean
 // over the atoms in order, written over its own advantages a_j (no other item reads them)
 // while their max is taken, then e = exp(logit - max), sum e and sum e z in 4 interleaved
@@ -131,7 +144,6 @@ __device__ __forceinline__ void head_q_items(float* staged, const float* mean, c
     const unsigned int out_w = shape.out[nbranch + 1], mean_w = nbranch * na;
     const float neg_inf = __int_as_float(0xff800000);
     const float lo = v_min, dz = na > 1 ? (v_max - v_min) / (float)(na - 1) : 0.0f;
-    const unsigned int quads = na / 4 * 4;
     for (unsigned int item = threadIdx.x; item < here * A; item += blockDim.x) {
         const unsigned int r = item / A, act = item - r * A;
         unsigned int k = 0;
@@ -143,33 +155,19 @@ __device__ __forceinline__ void head_q_items(float* staged, const float* mean, c
             q[item] = (s[0] + a[0]) - m[0];
             continue;
         }
-        // Atom z into partial i = z % 4: the quads, then the up to 3 atoms past them.
         float mx[4] = {neg_inf, neg_inf, neg_inf, neg_inf};
-        const auto logit = [&](unsigned int z, unsigned int i) {
+        each_atom_by_4(na, [&](unsigned int z, unsigned int i) {
             const float l = (s[z] + a[z]) - m[z];
             a[z] = l;
             mx[i] = fmaxf(mx[i], l);
-        };
-        for (unsigned int z = 0; z < quads; z += 4)
-#pragma unroll
-            for (unsigned int i = 0; i < 4; ++i) logit(z + i, i);
-#pragma unroll
-        for (unsigned int i = 0; i < 3; ++i)
-            if (quads + i < na) logit(quads + i, i);
-
+        });
         const float top = fmaxf(fmaxf(mx[0], mx[2]), fmaxf(mx[1], mx[3]));
         float se[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sez[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const auto weigh = [&](unsigned int z, unsigned int i) {
+        each_atom_by_4(na, [&](unsigned int z, unsigned int i) {
             const float e = exp_ftz(a[z] - top);
             se[i] += e;
             sez[i] = fmaf(e, support_atom(lo, dz, z), sez[i]);
-        };
-        for (unsigned int z = 0; z < quads; z += 4)
-#pragma unroll
-            for (unsigned int i = 0; i < 4; ++i) weigh(z + i, i);
-#pragma unroll
-        for (unsigned int i = 0; i < 3; ++i)
-            if (quads + i < na) weigh(quads + i, i);
+        });
         q[item] = ((sez[0] + sez[2]) + (sez[1] + sez[3])) / ((se[0] + se[2]) + (se[1] + se[3]));
     }
 }
