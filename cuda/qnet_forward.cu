@@ -1,9 +1,6 @@
-// qnet_forward: the elementwise stages around the Q-network's forward GEMMs. Each layer
-// with one input is a GEMM of an activation that carries a ones column with the layer's
-// [w; b] matrix, so the bias rides in the GEMM; these kernels write the ones columns.
-// Oracle: qnet::forward (h1, h2, heads_hidden).
-//   qnet_relu:        a (rows x (width + 1)): a = a > 0 ? a : 0 in the first `width`
-//                     columns (NaN becomes 0, as the oracle's relu), 1 in the last.
+// qnet_forward: the Q-network forward's first layer. The layers after it are cuBLASLt
+// products of an activation that carries a ones column with the layer's [w; b] matrix, so
+// the bias rides in the product, with the ReLU in its epilogue. Oracle: qnet::forward (h1).
 //   qnet_first_layer: a1 = relu([x | 1] [w1; b1]) with its ones column, for `nets`
 //                     networks (grid (rows, nets)): the first layer's few inputs (S + 1)
 //                     make it a short dot product per output, one thread each in float FMA
@@ -13,19 +10,6 @@
 //                     [B, 2B), which it also writes out for the backward's weight gradient
 //                     (a launch of its own before, 2.7 us at B = 256), or acting's x as
 //                     state_gather wrote it.
-// The elementwise stages: one thread per element, grid-stride (any grid); the row and column of an element come
-// from a 32-bit division whenever the matrix has fewer than 2^32 elements (a 64-bit one
-// costs several times more and these stages are a few microseconds each).
-#include "common/index.cuh"
-
-extern "C" __global__ void qnet_relu(float* __restrict__ a, unsigned long long rows, unsigned int width) {
-    const unsigned long long ld = width + 1ull, n = rows * ld;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        const float v = a[i];
-        a[i] = row_col(i, ld, n).c == width ? 1.0f : (v > 0.0f ? v : 0.0f);
-    }
-}
 
 // Grid (ceil(rows / QNET_FIRST_ROWS), nets), any block size; dynamic shared memory:
 // QNET_FIRST_ROWS (S + 1) floats (the block's input rows). Each thread keeps one column of

@@ -12,8 +12,7 @@
 //   bias      [out] at net * bias_stride
 //   logits, log_probs, probs  [nets][rows][L]   L = sum_k n_k NA, branch k at logit[k]
 //   q         [nets][rows][A]   A = sum_k n_k
-// `dists` = 0 writes q only (the three distribution outputs may then be null); otherwise
-// logits, and for NA > 1 log_probs and probs, too.
+// It writes q and the logits, and for NA > 1 log_probs and probs, too.
 //
 // qnet_head_q, the acting head: the same Q in float, nothing else written (the experience
 // step reads Q only, and its argmax needs no double). The same three stages in float, with
@@ -107,7 +106,7 @@ __device__ __forceinline__ void stage_head_rows(const float* __restrict__ yb, co
 extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* __restrict__ bias,
                                      unsigned long long bias_stride, const BranchShape shape, unsigned int na,
                                      float v_min, float v_max, unsigned int rows, unsigned int lpa,
-                                     unsigned int block_rows, unsigned int dists, float* __restrict__ logits,
+                                     unsigned int block_rows, float* __restrict__ logits,
                                      float* __restrict__ log_probs, float* __restrict__ probs, float* __restrict__ q) {
     extern __shared__ double head_smem[];
     const unsigned int nbranch = shape.count, A = shape.q[nbranch];
@@ -139,7 +138,7 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
 
     if (na == 1) {  // lpa = 1: the logit is Q
         const float l = (float)((s[0] + a[0]) - m[0]);
-        if (dists) logits[base] = l;
+        logits[base] = l;
         q[at * A + act] = l;
         return;
     }
@@ -165,7 +164,7 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
         se += e[i];
     }
     se = group_sum(se, mask, lpa);
-    const double inv = 1.0 / se, lse = dists ? mx + log(se) : 0.0;
+    const double inv = 1.0 / se, lse = mx + log(se);
     const double lo = (double)v_min, dz = ((double)v_max - lo) / (double)(na - 1);
     double qs = 0.0;
 #pragma unroll
@@ -174,7 +173,7 @@ extern "C" __global__ void qnet_head(const float* __restrict__ y, const float* _
         const unsigned int z = lane + i * lpa;
         const double pz = e[i] * inv;
         qs += pz * support_atom(lo, dz, z);  // e = 0 past NA: adds 0
-        if (dists && z < na) {
+        if (z < na) {
             logits[base + z] = (float)l[i];
             log_probs[base + z] = (float)(l[i] - lse);
             probs[base + z] = (float)pz;

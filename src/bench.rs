@@ -124,7 +124,6 @@ pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     for &batch in batches {
         let case = crate::parity::QNetCase { atoms: 51, state_dim: 32, batch, seed: SEED };
         let mut st = crate::parity::QNetSetup::new(gpu, &case)?;
-        let flops = st.net.update_gemm_flops();
         let mut these = Vec::new();
         these.extend(timing.both_modes(gpu, &mut st, "update", 0, batch, |st| {
             st.net.update(&st.device_batch, &st.device_weights)
@@ -135,27 +134,12 @@ pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         })?);
         these.extend(timing.both_modes(gpu, &mut st, "backward", 0, batch, |st| st.net.backward())?);
         these.extend(timing.both_modes(gpu, &mut st, "optimizer", 0, batch, |st| st.net.optimize())?);
-        st.net.set_gemms_only(true);
-        let mut gemms = timing.both_modes(gpu, &mut st, "update gemms", 0, batch, |st| {
-            st.net.update(&st.device_batch, &st.device_weights)
-        })?;
-        st.net.set_gemms_only(false);
-        for r in gemms.iter_mut() {
-            r.tflops = Some(flops / (r.median_us * 1e-6) / 1e12);
-        }
-        these.extend(gemms);
         // The TF32 option, beside the fp32 default.
-        st.net.set_tf32(true)?;
+        st.net.set_tf32(true);
         these.extend(timing.both_modes(gpu, &mut st, "update (tf32)", 0, batch, |st| {
             st.net.update(&st.device_batch, &st.device_weights)
         })?);
-        st.net.set_tf32(false)?;
-        // The cuBLAS engine (its own algorithm choice, split-K included, and qnet_relu).
-        st.net.set_gemm_engine(crate::blas::Engine::Cublas);
-        these.extend(timing.both_modes(gpu, &mut st, "update (cublas)", 0, batch, |st| {
-            st.net.update(&st.device_batch, &st.device_weights)
-        })?);
-        st.net.set_gemm_engine(crate::blas::Engine::Lt);
+        st.net.set_tf32(false);
         rows.extend(these);
         gpu.synchronize()?;
     }
@@ -188,6 +172,7 @@ fn with_transitions_per_s(mut rows: [BenchRow; 2], n: usize) -> [BenchRow; 2] {
 /// the layer-by-layer products in TF32. The `batch` column holds N.
 pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::env::{load_market, Env};
+    use crate::experience::{Experience, ExperiencePath};
     use crate::parity::env::{acting_config, BRANCHES};
     use tallyho_oracle::env::{EnvConfig, EnvMarket, Split};
     let timing = Timing::of(opts)?;
@@ -198,6 +183,7 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let mut net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
     struct Run {
         env: Env,
+        exp: Experience,
         acting: crate::qnet::Acting,
     }
     let mut rows = Vec::new();
@@ -205,20 +191,21 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let cfg = EnvConfig { envs: n, ..EnvConfig::default() };
         let mut env = Env::new(gpu, &cfg, &BRANCHES, &em, split)?;
         env.set_epsilon(0.1)?;
-        let mut run = Run { env, acting: net.acting(n)?.q_only() };
-        let step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        let exp = Experience::new(gpu, &env, &net)?;
+        let mut run = Run { env, exp, acting: net.acting(n)?.q_only() };
+        let step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
         rows.extend(with_transitions_per_s(step, n));
-        if run.env.step_in_one_launch(&net) {
+        if run.exp.in_one_launch(&run.env, &net) {
             // The same step as the chain of three launches it replaces.
-            run.env.set_step_fused(false);
-            let chain = timing.both_modes(gpu, &mut run, "experience step (chain)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
-            run.env.set_step_fused(true);
+            run.exp.set_path(ExperiencePath::Chain);
+            let chain = timing.both_modes(gpu, &mut run, "experience step (chain)", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
+            run.exp.set_path(ExperiencePath::Fused);
             rows.extend(with_transitions_per_s(chain, n));
         }
         rows.extend(timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
         net.set_act_fused(false);
         rows.extend(timing.both_modes(gpu, &mut run, "q-forward (layers)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
-        let layers = timing.both_modes(gpu, &mut run, "experience step (layers)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
+        let layers = timing.both_modes(gpu, &mut run, "experience step (layers)", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
         rows.extend(with_transitions_per_s(layers, n));
         net.set_act_fused(true);
         // qnet_act at each rows-per-block it fits.
@@ -239,9 +226,9 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
             r.env.barriers()
         })?);
         // The TF32 option for the Q-forward, beside the fp32 default.
-        net.set_tf32(true)?;
-        let tf32 = timing.both_modes(gpu, &mut run, "experience step (tf32)", 0, n, |r| r.env.step(&net, &mut r.acting))?;
-        net.set_tf32(false)?;
+        net.set_tf32(true);
+        let tf32 = timing.both_modes(gpu, &mut run, "experience step (tf32)", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
+        net.set_tf32(false);
         rows.extend(with_transitions_per_s(tf32, n));
         gpu.synchronize()?;
     }
@@ -284,7 +271,7 @@ impl Timing {
     /// one warm-up call is made).
     fn of(opts: &BenchOptions) -> Result<Self> {
         if opts.reps == 0 {
-            return Err(Error::Usage("bench needs at least 1 repetition: raise --reps".into()));
+            return Err(Error::Shape("bench needs at least 1 repetition: raise --reps".into()));
         }
         let reps = if opts.quick { opts.reps.min(QUICK_REPS) } else { opts.reps };
         Ok(Timing { reps, warmup: opts.warmup.max(1) })

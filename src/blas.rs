@@ -1,18 +1,14 @@
-//! Row-major SGEMM through cuBLAS by operand swap, in one helper: a row-major `[r x c]`
+//! Row-major SGEMM through cuBLASLt by operand swap, in one helper: a row-major `[r x c]`
 //! matrix with leading dimension `ld` is the column-major `[c x r]` matrix with the same
 //! `ld`, so `C = op(A) op(B)` is computed as the column-major `C^T = op(B)^T op(A)^T`.
 //! Spec: tallyho_oracle::gemm.
 //!
-//! Two engines run the same calls: cuBLAS (`cublasSgemm`, its own algorithm choice, which
-//! at these sizes often splits K into a second reduction kernel) and cuBLASLt with a plan
-//! per call shape, made on first use (descriptors, layouts and the heuristic's algorithm,
-//! without a K split unless the product is a small output over a long K, see
+//! One plan per call shape, made on first use (descriptors, layouts and the heuristic's
+//! algorithm, without a K split unless the product is a small output over a long K, see
 //! `reduction_schemes`; a fixed summation order either way), which can also apply a ReLU
-//! epilogue.
+//! epilogue. Plans are made during a graph's warm-up run, never inside a capture.
 
 use crate::error::{Error, Result};
-use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys as ltsys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -47,62 +43,27 @@ impl Layout {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Epilogue {
     None,
-    /// `max(x, 0)` (cuBLASLt engine only).
+    /// `max(x, 0)`.
     Relu,
 }
 
-/// The engine behind [`Blas`]'s products.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Engine {
-    Cublas,
-    Lt,
-}
-
 pub struct Blas {
-    blas: CudaBlas,
     lt: LtEngine,
-    engine: Mutex<Engine>,
 }
 
 impl Blas {
     pub fn new(stream: &Arc<CudaStream>) -> Result<Self> {
-        // SAFETY: only probes for the shared library.
-        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-            return Err(Error::Usage("cuBLAS (libcublas.so.13) could not be loaded: add CUDA 13's lib folder to LD_LIBRARY_PATH".into()));
-        }
-        Ok(Blas {
-            blas: CudaBlas::new(stream.clone()).map_err(|e| Error::Usage(format!("cuBLAS handle: {e}")))?,
-            lt: LtEngine::new(stream)?,
-            engine: Mutex::new(Engine::Lt),
-        })
+        Ok(Blas { lt: LtEngine::new(stream)? })
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.lt.stream
     }
 
-    /// Choose the engine of the products that follow (both compute the same products; a
-    /// ReLU epilogue needs cuBLASLt).
-    pub fn set_engine(&self, engine: Engine) {
-        *self.engine.lock().unwrap_or_else(|e| e.into_inner()) = engine;
-    }
-
-    pub fn engine(&self) -> Engine {
-        *self.engine.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// TF32 tensor-core math for the products (inputs rounded to 10 mantissa bits, fp32
-    /// accumulation), or back to strict fp32 (the default).
-    pub fn set_tf32(&self, on: bool) -> Result<()> {
-        use cudarc::cublas::sys::cublasMath_t::{CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH};
+    /// TF32 tensor-core math for the products that follow (inputs rounded to 10 mantissa
+    /// bits, fp32 accumulation), or back to strict fp32 (the default).
+    pub fn set_tf32(&self, on: bool) {
         self.lt.set_tf32(on);
-        let mode = if on { CUBLAS_TF32_TENSOR_OP_MATH } else { CUBLAS_DEFAULT_MATH };
-        // SAFETY: the handle is live for self's lifetime; setting the math mode has no other effect.
-        let status = unsafe { cudarc::cublas::sys::cublasSetMathMode(*self.blas.handle(), mode) };
-        if status != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-            return Err(Error::Usage(format!("cuBLAS math mode: {status:?}")));
-        }
-        Ok(())
     }
 
     /// Are the products in TF32 ([`Blas::set_tf32`])?
@@ -112,7 +73,7 @@ impl Blas {
 
     fn check(what: &str, len: usize, l: Layout, rows: usize, cols: usize) -> Result<()> {
         if !l.valid(rows, cols) || l.span(rows, cols) > len {
-            return Err(Error::Usage(format!(
+            return Err(Error::Shape(format!(
                 "gemm operand {what}: {rows} x {cols} (transposed: {}) with ld {} needs {} elements, has {len}",
                 l.trans,
                 l.ld,
@@ -120,21 +81,6 @@ impl Blas {
             )));
         }
         Ok(())
-    }
-
-    fn config(m: usize, n: usize, k: usize, alpha: f32, a: Layout, b: Layout, beta: f32, ldc: usize) -> GemmConfig<f32> {
-        GemmConfig {
-            transa: if b.trans { CUBLAS_OP_T } else { CUBLAS_OP_N },
-            transb: if a.trans { CUBLAS_OP_T } else { CUBLAS_OP_N },
-            m: n as i32,
-            n: m as i32,
-            k: k as i32,
-            alpha,
-            lda: b.ld as i32,
-            ldb: a.ld as i32,
-            beta,
-            ldc: ldc as i32,
-        }
     }
 
     /// `C[m x n] = alpha op(A)[m x k] op(B)[k x n] + beta C`, all row-major.
@@ -156,53 +102,12 @@ impl Blas {
         Self::check("A", a.len(), la, m, k)?;
         Self::check("B", b.len(), lb, k, n)?;
         Self::check("C", c.len(), Layout::plain(ldc), m, n)?;
-        self.product(Shape { m, n, k, la, lb, ldc, batch: 1, strides: (0, 0, 0) }, alpha, a, b, beta, c, Epilogue::None)
-    }
-
-    /// One product (or strided batch) on the chosen engine; extents already checked.
-    #[allow(clippy::too_many_arguments)]
-    fn product<A: DevicePtr<f32>, B: DevicePtr<f32>, C: DevicePtrMut<f32>>(
-        &self,
-        sh: Shape,
-        alpha: f32,
-        a: &A,
-        b: &B,
-        beta: f32,
-        c: &mut C,
-        epilogue: Epilogue,
-    ) -> Result<()> {
-        let Shape { m, n, k, la, lb, ldc, batch, strides: (sa, sb, sc) } = sh;
-        match (self.engine(), epilogue) {
-            (Engine::Lt, _) => self.lt.run(sh, alpha, a, b, beta, c, epilogue),
-            (Engine::Cublas, Epilogue::Relu) => {
-                Err(Error::Usage(format!("a ReLU epilogue on a {m}x{n}x{k} product needs the cuBLASLt engine")))
-            }
-            (Engine::Cublas, Epilogue::None) if batch == 1 => {
-                // SAFETY: the operand extents were checked against the buffers' lengths by
-                // the caller, and the column-major call computes C^T = op(B)^T op(A)^T over
-                // exactly those extents.
-                unsafe { self.blas.gemm(Self::config(m, n, k, alpha, la, lb, beta, ldc), b, a, c) }
-                    .map_err(|e| Error::Usage(format!("cuBLAS sgemm {m}x{n}x{k}: {e}")))
-            }
-            (Engine::Cublas, Epilogue::None) => {
-                let cfg = StridedBatchedConfig {
-                    gemm: Self::config(m, n, k, alpha, la, lb, beta, ldc),
-                    batch_size: batch as i32,
-                    stride_a: sb as i64,
-                    stride_b: sa as i64,
-                    stride_c: sc as i64,
-                };
-                // SAFETY: each of the `batch` operand triples lies inside its buffer (checked
-                // by the caller for the last one, the others precede it); outputs do not overlap.
-                unsafe { self.blas.gemm_strided_batched(cfg, b, a, c) }
-                    .map_err(|e| Error::Usage(format!("cuBLAS sgemm_strided_batched {batch}x {m}x{n}x{k}: {e}")))
-            }
-        }
+        self.lt.run(Shape { m, n, k, la, lb, ldc, batch: 1, strides: (0, 0, 0) }, alpha, a, b, beta, c, Epilogue::None)
     }
 
     /// `count` products at once, operand i at offset `i * stride` of each buffer (a stride
     /// of 0 shares the operand): e.g. the online and target networks on the same input;
-    /// `epilogue` applied to each result (a ReLU needs the cuBLASLt engine).
+    /// `epilogue` applied to each result.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_batched<A: DevicePtr<f32>, B: DevicePtr<f32>, C: DevicePtrMut<f32>>(
         &self,
@@ -228,10 +133,10 @@ impl Blas {
         Self::check("B", b.len().saturating_sub(last * stride_b), lb, k, n)?;
         Self::check("C", c.len().saturating_sub(last * stride_c), Layout::plain(ldc), m, n)?;
         if stride_c < m * ldc && count > 1 {
-            return Err(Error::Usage(format!("gemm_batched: output stride {stride_c} overlaps {m} rows of ld {ldc}")));
+            return Err(Error::Shape(format!("gemm_batched: output stride {stride_c} overlaps {m} rows of ld {ldc}")));
         }
         let sh = Shape { m, n, k, la, lb, ldc, batch: count, strides: (stride_a, stride_b, stride_c) };
-        self.product(sh, alpha, a, b, beta, c, epilogue)
+        self.lt.run(sh, alpha, a, b, beta, c, epilogue)
     }
 }
 
@@ -330,14 +235,14 @@ impl Drop for LtEngine {
 }
 
 fn lt_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Usage(format!("cuBLASLt {what}: {e}"))
+    Error::Blas { op: what.to_string(), detail: e.to_string() }
 }
 
 impl LtEngine {
     fn new(stream: &Arc<CudaStream>) -> Result<Self> {
         // SAFETY: only probes for the shared library.
         if !unsafe { ltsys::is_culib_present() } {
-            return Err(Error::Usage("cuBLASLt (libcublasLt.so.13) could not be loaded: add CUDA 13's lib folder to LD_LIBRARY_PATH".into()));
+            return Err(Error::NoBlas);
         }
         Ok(LtEngine {
             handle: lt::create_handle().map_err(|e| lt_err("handle", e))?,

@@ -1,12 +1,11 @@
 //! The backtest environments on the device: typed launchers for `state_gather`,
-//! `action_select`, `fill_step` and `barriers` (spec: tallyho_oracle::env), and the
-//! experience step that chains them around the Q-forward, eager or through a graph slot.
+//! `action_select`, `fill_step` and `barriers` (spec: tallyho_oracle::env), and `env_step`,
+//! the last three in one launch. The experience step that runs them around the Q-forward is
+//! crate::experience's.
 //! Every buffer is allocated in `Env::new`; per-step values (each env's clock, epsilon) live
 //! in device memory, so a captured step replays correctly.
 
 use crate::error::{Error, Result};
-use crate::graph::{GraphSlot, Phase};
-use crate::qnet::{Acting, QNet};
 use crate::runtime::{grid_stride, Gpu, Programmatic};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use std::sync::Arc;
@@ -80,11 +79,12 @@ impl ActionBranches {
 }
 
 /// `struct ActEnv` of cuda/experience_step.cu, field for field: what the experience step in
-/// one launch reads and writes of one [`Env`] (the device addresses of its market,
-/// portfolios and outputs, and its constants), a kernel argument. Built by [`Env::step`].
+/// one launch (crate::experience) reads and writes of one [`Env`] (the device addresses of
+/// its market, portfolios and outputs, and its constants), a kernel argument. Built by
+/// [`Env::act_env`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ExperienceEnv {
+pub struct ActEnv {
     features: u64,
     close: u64,
     params: EnvParams,
@@ -109,9 +109,9 @@ pub struct ExperienceEnv {
 
 // SAFETY: device addresses and the plain-old-data structs above, laid out as the kernel's
 // struct (repr(C): the same fields in the same order, so the same padding).
-unsafe impl cudarc::driver::DeviceRepr for ExperienceEnv {}
+unsafe impl cudarc::driver::DeviceRepr for ActEnv {}
 
-impl ExperienceEnv {
+impl ActEnv {
     pub fn envs(&self) -> usize {
         self.params.envs as usize
     }
@@ -124,6 +124,12 @@ impl ExperienceEnv {
     /// The Q-values row's width: every branch's actions.
     pub fn actions(&self) -> usize {
         self.branches.width()
+    }
+
+    /// The device address of the states buffer (with the env's other buffers, fixed for
+    /// its life): what a graph over the env binds to.
+    pub fn states_address(&self) -> u64 {
+        self.states
     }
 }
 
@@ -185,23 +191,20 @@ pub struct Env {
     pub reward: CudaSlice<f32>,
     pub done: CudaSlice<f32>,
     pub reason: CudaSlice<i32>,
-    step_graph: GraphSlot,
-    /// [`Env::step`] in one launch where the network allows (`experience_step`).
-    step_fused: bool,
 }
 
 fn check_market(m: &EnvMarket) -> Result<()> {
     let b = m.bars;
     let lens = [m.bid.len(), m.ask.len(), m.high.len(), m.low.len(), m.close.len(), m.volatility.len()];
     if b == 0 || lens.iter().any(|&l| l != b) || m.features.len() != b * m.feature_dim {
-        return Err(Error::Usage(format!(
+        return Err(Error::Shape(format!(
             "market arrays do not describe {b} bars of {} features: features {}, bid/ask/high/low/close/volatility {lens:?}",
             m.feature_dim,
             m.features.len()
         )));
     }
     if b >= u32::MAX as usize {
-        return Err(Error::Usage(format!("{b} bars exceed the 32-bit bar index: split the data")));
+        return Err(Error::Shape(format!("{b} bars exceed the 32-bit bar index: split the data")));
     }
     Ok(())
 }
@@ -290,11 +293,14 @@ impl Env {
             reward: s.alloc_zeros(e)?,
             done: s.alloc_zeros(e)?,
             reason: s.alloc_zeros(e)?,
-            step_graph: GraphSlot::new("experience_step"),
-            step_fused: true,
         };
         env.upload_state(&EnvState::new(cfg, split))?;
         Ok(env)
+    }
+
+    /// The stream the env's launches go on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 
     pub fn config(&self) -> &EnvConfig {
@@ -309,7 +315,7 @@ impl Env {
     /// Set the exploration rate (a host write between steps: not inside a capture).
     pub fn set_epsilon(&mut self, epsilon: f32) -> Result<()> {
         if !(0.0..=1.0).contains(&epsilon) {
-            return Err(Error::Usage(format!("epsilon {epsilon} is outside [0, 1]: use a probability")));
+            return Err(Error::Shape(format!("epsilon {epsilon} is outside [0, 1]: use a probability")));
         }
         Ok(self.stream.memcpy_htod(&[epsilon], &mut self.epsilon)?)
     }
@@ -330,10 +336,10 @@ impl Env {
             st.dsr_b.len(),
         ];
         if lens.iter().any(|&l| l != n) {
-            return Err(Error::Usage(format!("an env state with field lengths {lens:?} for an Env of {n} envs")));
+            return Err(Error::Shape(format!("an env state with field lengths {lens:?} for an Env of {n} envs")));
         }
         if let Some(b) = st.bar.iter().find(|&&b| b < self.split.lo || b + 1 >= self.split.hi) {
-            return Err(Error::Usage(format!(
+            return Err(Error::Shape(format!(
                 "env bar {b} is outside the split's start range [{}, {}): it needs a next bar",
                 self.split.lo,
                 self.split.hi - 1
@@ -372,7 +378,7 @@ impl Env {
     /// Upload actions `[N x 3]` (tests, fixtures: `fill_step` on chosen actions).
     pub fn upload_actions(&mut self, actions: &[i32]) -> Result<()> {
         if actions.len() != self.cfg.envs * 3 {
-            return Err(Error::Usage(format!("{} actions for {} envs x 3 branches", actions.len(), self.cfg.envs)));
+            return Err(Error::Shape(format!("{} actions for {} envs x 3 branches", actions.len(), self.cfg.envs)));
         }
         Ok(self.stream.memcpy_htod(actions, &mut self.actions)?)
     }
@@ -438,7 +444,7 @@ impl Env {
     pub fn action_select(&mut self, q: &CudaSlice<f32>) -> Result<()> {
         let width = self.branches.width();
         if q.len() != self.cfg.envs * width {
-            return Err(Error::Usage(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
+            return Err(Error::Shape(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
         }
         let envs = self.params.envs;
         let mut l = self.stream.launch_builder(&self.k.action_select);
@@ -500,7 +506,7 @@ impl Env {
     pub fn env_step(&mut self, q: &CudaSlice<f32>) -> Result<()> {
         let width = self.branches.width();
         if q.len() != self.cfg.envs * width {
-            return Err(Error::Usage(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
+            return Err(Error::Shape(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
         }
         let m = &self.market;
         // Launched programmatically: its launch overlaps the Q-forward's tail (env_step
@@ -531,39 +537,11 @@ impl Env {
         unsafe { l.launch(grid_stride(self.cfg.envs)) }
     }
 
-    /// One experience timestep, eagerly: state gather, the online Q-forward on the states,
-    /// then action select, fill and barriers. Where the network acts on N rows by `qnet_act`
-    /// (and [`Env::set_step_fused`] is on, the default) all of it is one launch,
-    /// `experience_step`; else three, `state_gather`, `net.act` and `env_step`, with the same
-    /// outputs bit for bit. No allocation, no host copy.
-    pub fn step(&mut self, net: &QNet, acting: &mut Acting) -> Result<()> {
-        if acting.rows() != self.cfg.envs {
-            return Err(Error::Usage(format!("acting buffers of {} rows for {} envs", acting.rows(), self.cfg.envs)));
-        }
-        if self.step_in_one_launch(net) {
-            return net.act_experience(&self.experience_env(), acting);
-        }
-        self.state_gather()?;
-        net.act(&self.x, acting)?;
-        self.env_step(&acting.q)
-    }
-
-    /// Whether [`Env::step`] with `net` is the one launch `experience_step`.
-    pub fn step_in_one_launch(&self, net: &QNet) -> bool {
-        self.step_fused && net.act_block_rows(self.cfg.envs).is_some()
-    }
-
-    /// [`Env::step`] in one launch where the network allows (`true`, the default), or always
-    /// the chain of three (`false`: for benchmarks and the tests that compare the two).
-    pub fn set_step_fused(&mut self, on: bool) {
-        self.step_fused = on;
-    }
-
-    /// The addresses and constants the experience step in one launch takes.
-    fn experience_env(&self) -> ExperienceEnv {
+    /// The env as the experience step in one launch takes it (its addresses and constants).
+    pub fn act_env(&self) -> ActEnv {
         let s = &self.stream;
         let (m, p) = (&self.market, |b: &CudaSlice<f32>| b.device_ptr(s).0);
-        ExperienceEnv {
+        ActEnv {
             features: p(&m.features),
             close: p(&m.close),
             params: self.params,
@@ -586,20 +564,6 @@ impl Env {
         }
     }
 
-    /// [`Env::step`] through the env's graph slot: eager once, then captured, then
-    /// replayed (the network and acting buffers must stay the same).
-    pub fn step_graphed(&mut self, net: &QNet, acting: &mut Acting) -> Result<()> {
-        let binding = acting.q.device_ptr(&self.stream).0 ^ (net as *const QNet as u64).rotate_left(17) ^ self.step_in_one_launch(net) as u64;
-        let stream = self.stream.clone();
-        let mut slot = std::mem::replace(&mut self.step_graph, GraphSlot::new("experience_step"));
-        let r = slot.run(&stream, binding, || self.step(net, acting));
-        self.step_graph = slot;
-        r
-    }
-
-    pub fn graph_phase(&self) -> Phase {
-        self.step_graph.phase()
-    }
 }
 
 fn state_ptrs(s: &Arc<CudaStream>, d: &DeviceState) -> StatePtrs {

@@ -1,4 +1,5 @@
-//! The GPU crate's error type: every failure names its cause and the fix.
+//! The GPU crate's error type, one variant per kind of failure: every message names its
+//! cause, the value and the fix.
 
 use cudarc::driver::DriverError;
 use tallyho_oracle::market::MarketError;
@@ -18,22 +19,33 @@ pub enum Error {
          (on a CPU machine: `.ci/setup-nvrtc`, then LD_LIBRARY_PATH=$PWD/.nvrtc/nvidia/cu13/lib)"
     )]
     NoNvrtc,
-    #[error("no CUDA device is visible ({0}): check `nvidia-smi` and CUDA_VISIBLE_DEVICES")]
+    #[error("cuBLASLt (libcublasLt.so.13) could not be loaded: add CUDA 13's lib folder to LD_LIBRARY_PATH")]
+    NoBlas,
+    #[error("no CUDA device is visible ({0}): check `nvidia-smi`, CUDA_VISIBLE_DEVICES and TALLYHO_DEVICE")]
     NoDevice(String),
+    /// A driver call failed (launch, copy, capture, allocation).
     #[error("CUDA driver error: {0}")]
     Driver(#[from] DriverError),
+    #[error("out of device memory allocating {what} (~{mib} MiB): {fix}")]
+    OutOfMemory { what: String, mib: usize, fix: String },
     #[error("NVRTC could not compile cuda/{kernel}.cu for {arch} (options {options:?}):\n{log}")]
     Compile { kernel: String, arch: String, options: Vec<String>, log: String },
     #[error("kernel {0:?} is not in the kernel table: is cuda/{0}.cu present, and does it declare that entry point?")]
     UnknownKernel(String),
+    /// A cuBLASLt call failed at run time.
+    #[error("cuBLASLt {op}: {detail}")]
+    Blas { op: String, detail: String },
+    /// An invalid configuration (the oracle's validation).
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error(transparent)]
-    Market(#[from] MarketError),
+    /// A buffer, input or size that does not fit the launcher or the kernels it was given to.
     #[error("{0}")]
-    Usage(String),
+    Shape(String),
     #[error("graph {name}: {why}")]
     Graph { name: &'static str, why: String },
+    /// Market data that could not be loaded or validated.
+    #[error(transparent)]
+    Data(#[from] MarketError),
     #[error("fixture {0}")]
     Fixture(String),
     #[error("{what}: {err}")]

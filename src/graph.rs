@@ -1,12 +1,47 @@
-//! The three-state graph slot: step 1 runs the body eagerly (warm-up: modules load, lazy
-//! state settles), step 2 captures it into a CUDA graph and launches that, step 3 and on
-//! replay the graph. The body must take every per-step value from device memory: a graph
-//! freezes kernel arguments.
+//! The one graph mechanism: a three-state slot. Step 1 runs the body eagerly (warm-up:
+//! modules load, cuBLASLt plans are made, lazy state settles), step 2 captures it into a
+//! CUDA graph and launches that, step 3 and on replay the graph. Every stage's graphed path
+//! and the trainer's whole step go through [`GraphSlot::run`] (or [`GraphSlot::run_on`] for
+//! a slot its owner holds).
+//!
+//! **Bound to device addresses.** A graph freezes kernel arguments, so a body must take
+//! every per-step value from device memory, and a replay reads the buffers the capture saw.
+//! A slot records the [`Binding`] (a fold of the device addresses the body reads and writes)
+//! of its first run and refuses a later run over another: no host address enters it, so an
+//! owner may move, and two owners of the same buffers bind the same.
+//!
+//! **Nestable.** When the stream is already capturing (an enclosing slot is capturing the
+//! whole training step), a slot runs its body into that capture and keeps its own state: the
+//! enclosing graph holds the work once, and nothing is captured twice. Captures use the
+//! thread-local mode, which refuses, inside the capture, the calls that would allocate,
+//! synchronise or copy to the host, so a capture that completes is the proof that the body
+//! does none of them.
 
 use crate::error::{Error, Result};
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaStream};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode, CUstreamCaptureStatus};
+use cudarc::driver::{CudaGraph, CudaStream, DevicePtr};
 use std::sync::Arc;
+
+/// The device addresses a body works on, folded into one word (FNV-1a).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Binding(u64);
+
+impl Binding {
+    /// The binding of `addresses` (device pointers, in a fixed order; flags may be folded in
+    /// too, e.g. which path the body takes).
+    pub fn of(addresses: &[u64]) -> Binding {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for &a in addresses {
+            h = (h ^ a).wrapping_mul(0x0100_0000_01b3);
+        }
+        Binding(h)
+    }
+}
+
+/// The device address of a buffer, for a [`Binding`].
+pub fn address<T>(stream: &Arc<CudaStream>, buf: &impl DevicePtr<T>) -> u64 {
+    buf.device_ptr(stream).0
+}
 
 enum State {
     Warmup,
@@ -25,8 +60,13 @@ pub enum Phase {
 pub struct GraphSlot {
     name: &'static str,
     state: State,
-    /// Identifies the buffers the body was captured over; a replay over others is refused.
-    bound: Option<u64>,
+    bound: Option<Binding>,
+}
+
+impl Default for GraphSlot {
+    fn default() -> Self {
+        GraphSlot::new("graph")
+    }
 }
 
 impl GraphSlot {
@@ -52,17 +92,21 @@ impl GraphSlot {
         Ok(Some(count))
     }
 
-    /// Run one step. `binding` names the buffers `body` works on (e.g. device addresses):
-    /// a captured graph replays with the addresses it was captured with, so a call with a
-    /// different binding is an error rather than a silent read of the old buffers.
-    pub fn run(&mut self, stream: &Arc<CudaStream>, binding: u64, body: impl FnOnce() -> Result<()>) -> Result<()> {
+    /// Run one step of `body` on `stream` (see the module doc). `binding` names the device
+    /// buffers `body` works on: a run with another binding than the first is an error rather
+    /// than a silent replay over the old buffers.
+    pub fn run(&mut self, stream: &Arc<CudaStream>, binding: Binding, body: impl FnOnce() -> Result<()>) -> Result<()> {
         if let Some(b) = self.bound {
             if b != binding {
                 return Err(Error::Graph {
                     name: self.name,
-                    why: format!("captured over buffers {b:#x}, now called with {binding:#x}: use a new slot for new buffers"),
+                    why: format!("captured over buffers {:#x}, now run over {:#x}: use a new slot for new buffers", b.0, binding.0),
                 });
             }
+        }
+        if stream.capture_status()? != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            // Inside an enclosing capture: the body becomes part of that graph.
+            return body();
         }
         match &self.state {
             State::Warmup => {
@@ -82,5 +126,21 @@ impl GraphSlot {
             State::Replay(graph) => graph.launch()?,
         }
         Ok(())
+    }
+
+    /// [`GraphSlot::run`] through the slot that `owner` holds at `slot(owner)`, with a body
+    /// that works on `owner`: the one place that lends the slot out of its owner for the
+    /// duration of the step (the body borrows the owner mutably).
+    pub fn run_on<T>(
+        owner: &mut T,
+        slot: fn(&mut T) -> &mut GraphSlot,
+        stream: &Arc<CudaStream>,
+        binding: Binding,
+        body: impl FnOnce(&mut T) -> Result<()>,
+    ) -> Result<()> {
+        let mut taken = std::mem::take(slot(owner));
+        let r = taken.run(stream, binding, || body(owner));
+        *slot(owner) = taken;
+        r
     }
 }

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod env;
 pub mod blas;
 pub mod error;
+pub mod experience;
 pub mod fixtures;
 pub mod graph;
 pub mod optimizer;

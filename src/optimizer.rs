@@ -87,7 +87,7 @@ impl Optimizer {
     /// Moments for `n` parameters, zero; step 0.
     pub fn new(gpu: &Gpu, cfg: &QNetConfig, n: usize) -> Result<Self> {
         if n == 0 {
-            return Err(Error::Usage("optimizer over 0 parameters: the network has none".into()));
+            return Err(Error::Shape("optimizer over 0 parameters: the network has none".into()));
         }
         let s = &gpu.stream;
         Ok(Optimizer {
@@ -111,7 +111,7 @@ impl Optimizer {
 
     fn check(&self, what: &str, len: usize) -> Result<()> {
         if len != self.n {
-            return Err(Error::Usage(format!("{what} has {len} values, the optimizer was made for {}", self.n)));
+            return Err(Error::Shape(format!("{what} has {len} values, the optimizer was made for {}", self.n)));
         }
         Ok(())
     }
@@ -151,7 +151,7 @@ impl Optimizer {
             Some(m) => {
                 let count = m.index.len();
                 if m.from + count > self.n {
-                    return Err(Error::Usage(format!(
+                    return Err(Error::Shape(format!(
                         "an Adam mirror of {count} parameters from {} over {} parameters: it must lie inside them",
                         m.from, self.n
                     )));

@@ -520,12 +520,12 @@ pub fn check_acting_with(gpu: &Gpu, case: &QNetCase, path: ActingPath) -> Result
 /// ([`acting_comparisons`]).
 pub fn check_acting_net(gpu: &Gpu, cfg: tallyho_oracle::qnet::QNetConfig, rows: usize, path: ActingPath) -> Result<Vec<Comparison>> {
     let mut st = QNetSetup::of(gpu, cfg, rows)?;
-    st.net.set_tf32(path == ActingPath::Tf32)?;
+    st.net.set_tf32(path == ActingPath::Tf32);
     if let ActingPath::Fused(block_rows) = path {
         st.net.set_act_fused(true);
         st.net.set_act_block_rows(block_rows)?;
         if st.net.act_block_rows(rows).is_none() {
-            return Err(crate::error::Error::Usage("acting check: this network does not fit one qnet_act block".into()));
+            return Err(crate::error::Error::Shape("acting check: this network does not fit one qnet_act block".into()));
         }
     }
     let cfg = &st.cfg;
@@ -594,7 +594,7 @@ pub(crate) fn acting_q_comparison(cfg: &tallyho_oracle::qnet::QNetConfig, y: &[f
 
 /// The head-output bias `bo` of a network's parameters (row H of its dense head matrix).
 pub(crate) fn head_bias<'a>(cfg: &tallyho_oracle::qnet::QNetConfig, params: &'a [f32]) -> Result<&'a [f32]> {
-    let bo = tallyho_oracle::qnet::tensor(cfg, "bo").ok_or_else(|| crate::error::Error::Usage("the layout has no bo".into()))?;
+    let bo = tallyho_oracle::qnet::tensor(cfg, "bo").ok_or_else(|| crate::error::Error::Shape("the layout has no bo".into()))?;
     Ok(&params[bo.range()])
 }
 
@@ -681,7 +681,7 @@ pub fn check_qnet_update(gpu: &Gpu, case: &QNetCase, steps: u32) -> Result<Vec<C
     for step in 1..=steps {
         st.net.update(&st.device_batch, &st.device_weights)?;
         let want = spec::update_step(&cfg, &mut online, &st.target, &mut adam, &st.batch, &st.weights)
-            .map_err(|e| crate::Error::Usage(format!("oracle update: {e}")))?;
+            .map_err(|e| crate::Error::Shape(format!("oracle update: {e}")))?;
         let got = st.net.read_loss()?;
         let (got_p, _) = st.net.params()?;
         let disp = |p: &[f32]| -> Vec<f64> { p.iter().zip(&p0).map(|(&x, &x0)| f64::from(x) - x0).collect() };

@@ -9,7 +9,7 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 pub fn philox_kat(gpu: &Gpu, counters: &[[u32; 4]], keys: &[[u32; 2]]) -> Result<Vec<[u32; 4]>> {
     let n = counters.len();
     if keys.len() != n || n == 0 || n > u32::MAX as usize / 4 {
-        return Err(Error::Usage(format!("philox_kat: {n} counters and {} keys: give 1.. pairs", keys.len())));
+        return Err(Error::Shape(format!("philox_kat: {n} counters and {} keys: give 1.. pairs", keys.len())));
     }
     let f = gpu.function("philox", "philox_kat")?;
     let s = &gpu.stream;

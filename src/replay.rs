@@ -4,9 +4,9 @@
 //! step, max priority) from the device control block, so it can be captured as a graph.
 
 use crate::error::{Error, Result};
-use crate::graph::GraphSlot;
+use crate::graph::{address, Binding, GraphSlot};
 use crate::runtime::{grid_stride, one_block, Gpu};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::per::{PerCtl, PerState, Transitions, ACTION_BRANCHES};
 use tallyho_oracle::philox::key_of_seed;
@@ -38,7 +38,7 @@ impl DeviceTransitions {
     pub fn upload(&mut self, stream: &Arc<CudaStream>, t: &Transitions, state_dim: usize) -> Result<()> {
         let n = t.len();
         if n > self.rows {
-            return Err(Error::Usage(format!("{n} transitions do not fit a buffer of {} rows", self.rows)));
+            return Err(Error::Shape(format!("{n} transitions do not fit a buffer of {} rows", self.rows)));
         }
         check_shape(t, n, state_dim)?;
         stream.memcpy_htod(&t.states, &mut self.states.slice_mut(..n * state_dim))?;
@@ -68,7 +68,7 @@ fn check_shape(t: &Transitions, n: usize, s: usize) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::Usage(format!(
+        Err(Error::Shape(format!(
             "transitions are not {n} rows of state width {s}: states {}, next states {}, actions {} (want {}), dones {}",
             t.states.len(),
             t.next_states.len(),
@@ -103,8 +103,9 @@ pub struct PerBuffer {
     pub indices: CudaSlice<u32>,
     pub weights: CudaSlice<f32>,
     pub batch: DeviceTransitions,
-    /// Host count of transitions ever inserted: known without reading the device.
-    inserted: u64,
+    /// Whether an insert has been issued. Monotone (the size never shrinks), so it stays true
+    /// under graph replay; the count itself lives on the device (the control block's size).
+    filled: bool,
     step_graph: GraphSlot,
 }
 
@@ -123,7 +124,7 @@ impl PerBuffer {
     pub fn new(gpu: &Gpu, cfg: &PerConfig, max_insert: usize) -> Result<Self> {
         cfg.validate()?;
         if max_insert == 0 || max_insert > cfg.capacity {
-            return Err(Error::Usage(format!(
+            return Err(Error::Shape(format!(
                 "max insert {max_insert} must be in 1..={} (the capacity)",
                 cfg.capacity
             )));
@@ -138,13 +139,11 @@ impl PerBuffer {
         };
         let ctl = s.clone_htod(&ctl_words(&PerCtl::default()))?;
         Self::allocate(s, cfg, max_insert, k, ctl).map_err(|e| match e {
-            Error::Driver(d) if d.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::Usage(format!(
-                "out of device memory allocating a replay buffer of capacity {} x state width {} (~{} MB): \
-                 lower --capacity or free the device",
-                cfg.capacity,
-                cfg.state_dim,
-                Self::device_bytes(cfg, max_insert) >> 20
-            )),
+            Error::Driver(d) if d.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory {
+                what: format!("a replay buffer of capacity {} x state width {}", cfg.capacity, cfg.state_dim),
+                mib: Self::device_bytes(cfg, max_insert) >> 20,
+                fix: "lower --capacity or free the device".into(),
+            },
             other => other,
         })
     }
@@ -168,7 +167,7 @@ impl PerBuffer {
             indices: s.alloc_zeros(cfg.batch)?,
             weights: s.alloc_zeros(cfg.batch)?,
             batch: DeviceTransitions::alloc(s, cfg.batch, cfg.state_dim)?,
-            inserted: 0,
+            filled: false,
             step_graph: GraphSlot::new("per_sample_update"),
         })
     }
@@ -191,7 +190,7 @@ impl PerBuffer {
     pub fn insert_host(&mut self, t: &Transitions) -> Result<()> {
         let n = t.len();
         if n > self.staging.rows {
-            return Err(Error::Usage(format!(
+            return Err(Error::Shape(format!(
                 "insert of {n} host transitions exceeds the staging rows {} given at construction",
                 self.staging.rows
             )));
@@ -204,7 +203,7 @@ impl PerBuffer {
     fn insert_from(&mut self, rows: Option<&DeviceTransitions>, n: usize) -> Result<()> {
         let rows = rows.unwrap_or(&self.staging);
         if n == 0 || n > rows.rows || n > self.cfg.capacity {
-            return Err(Error::Usage(format!(
+            return Err(Error::Shape(format!(
                 "insert of {n} transitions: must be 1..={} (rows given) and at most the capacity {}",
                 rows.rows, self.cfg.capacity
             )));
@@ -236,14 +235,14 @@ impl PerBuffer {
         // SAFETY: follows per_insert_tree's signature; the tree holds 2 * leaves floats and
         // every slot (cursor + j) mod C < C <= leaves. One block, as the kernel requires.
         unsafe { b.launch(one_block(n)) }?;
-        self.inserted += n as u64;
+        self.filled = true;
         Ok(())
     }
 
     /// `per_sample`: indices and importance weights of B transitions; advances the sample step.
     pub fn sample(&mut self) -> Result<()> {
-        if self.inserted == 0 {
-            return Err(Error::Usage("sample from an empty replay buffer: insert transitions first".into()));
+        if !self.filled {
+            return Err(Error::Shape("sample from an empty replay buffer: insert transitions first".into()));
         }
         let [key0, key1] = key_of_seed(self.cfg.seed);
         let (beta0, beta_inc) = (self.cfg.beta0, self.cfg.beta_increment());
@@ -292,7 +291,7 @@ impl PerBuffer {
     /// `per_update_priorities` of the last sample's indices with `td_abs` (B values).
     pub fn update_priorities(&mut self, td_abs: &CudaSlice<f32>) -> Result<()> {
         if td_abs.len() != self.cfg.batch {
-            return Err(Error::Usage(format!("td_abs has {} values, the batch is {}", td_abs.len(), self.cfg.batch)));
+            return Err(Error::Shape(format!("td_abs has {} values, the batch is {}", td_abs.len(), self.cfg.batch)));
         }
         let (leaves, batch, c32) = (self.leaves(), self.cfg.batch as u32, self.cfg.capacity as u32);
         let (alpha, eps) = (self.cfg.alpha, self.cfg.eps);
@@ -316,21 +315,13 @@ impl PerBuffer {
     /// The update-side replay step: sample, gather, priority update from `td_abs`, run
     /// through the buffer's graph slot (eager, then captured, then replayed).
     pub fn sample_gather_update(&mut self, td_abs: &CudaSlice<f32>) -> Result<()> {
-        if self.inserted == 0 {
-            return Err(Error::Usage("sample from an empty replay buffer: insert transitions first".into()));
-        }
-        let (ptr, _guard) = td_abs.device_ptr(&self.stream);
-        let binding = ptr;
-        drop(_guard);
         let stream = self.stream.clone();
-        let mut slot = std::mem::replace(&mut self.step_graph, GraphSlot::new("per_sample_update"));
-        let r = slot.run(&stream, binding, || {
-            self.sample()?;
-            self.gather()?;
-            self.update_priorities(td_abs)
-        });
-        self.step_graph = slot;
-        r
+        let binding = Binding::of(&[address(&stream, td_abs)]);
+        GraphSlot::run_on(self, |b| &mut b.step_graph, &stream, binding, |b| {
+            b.sample()?;
+            b.gather()?;
+            b.update_priorities(td_abs)
+        })
     }
 
     pub fn graph_phase(&self) -> crate::graph::Phase {
@@ -340,10 +331,10 @@ impl PerBuffer {
     /// Set the sample indices directly (tests and fixture replays); each must be < C.
     pub fn set_indices(&mut self, indices: &[u32]) -> Result<()> {
         if indices.len() != self.cfg.batch {
-            return Err(Error::Usage(format!("{} indices given, the batch is {}", indices.len(), self.cfg.batch)));
+            return Err(Error::Shape(format!("{} indices given, the batch is {}", indices.len(), self.cfg.batch)));
         }
         if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.cfg.capacity) {
-            return Err(Error::Usage(format!("index {bad} is outside the capacity {}", self.cfg.capacity)));
+            return Err(Error::Shape(format!("index {bad} is outside the capacity {}", self.cfg.capacity)));
         }
         self.stream.memcpy_htod(indices, &mut self.indices)?;
         Ok(())
@@ -352,12 +343,12 @@ impl PerBuffer {
     /// Replace the whole device state with `st` (tests, fixture replays).
     pub fn upload_state(&mut self, st: &PerState) -> Result<()> {
         if st.cfg.capacity != self.cfg.capacity || st.cfg.state_dim != self.cfg.state_dim || st.tree.len() != 2 * self.cfg.leaves() {
-            return Err(Error::Usage("state shape does not match the buffer's config".into()));
+            return Err(Error::Shape("state shape does not match the buffer's config".into()));
         }
         self.store.upload(&self.stream, &st.store, self.cfg.state_dim)?;
         self.stream.memcpy_htod(&st.tree, &mut self.tree)?;
         self.stream.memcpy_htod(&ctl_words(&st.ctl), &mut self.ctl)?;
-        self.inserted = u64::from(st.ctl.size);
+        self.filled = st.ctl.size > 0;
         Ok(())
     }
 

@@ -7,9 +7,9 @@
 //! in device memory, so a captured step replays on whatever the buffers then hold.
 
 use crate::error::{Error, Result};
-use crate::graph::{GraphSlot, Phase};
+use crate::graph::{address, Binding, GraphSlot, Phase};
 use crate::runtime::{grid_stride, Gpu};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::reward::{RewardConfig, RewardEnvs, RewardGlobal, RewardOut, Stage};
 
@@ -99,7 +99,7 @@ impl RewardChain {
     pub fn new(gpu: &Gpu, cfg: &RewardConfig, envs: usize) -> Result<Self> {
         cfg.validate()?;
         if envs == 0 || envs > 1 << 24 {
-            return Err(Error::Usage(format!("{envs} envs for the reward chain: use 1 to 2^24")));
+            return Err(Error::Shape(format!("{envs} envs for the reward chain: use 1 to 2^24")));
         }
         let f = |e: &str| gpu.function("reward_chain", e);
         let k = Kernels {
@@ -163,7 +163,7 @@ impl RewardChain {
 
     pub fn upload_state(&mut self, envs: &RewardEnvs, global: &RewardGlobal) -> Result<()> {
         if envs.len() != self.envs {
-            return Err(Error::Usage(format!("reward state of {} envs for a chain of {}", envs.len(), self.envs)));
+            return Err(Error::Shape(format!("reward state of {} envs for a chain of {}", envs.len(), self.envs)));
         }
         let s = &self.stream;
         s.memcpy_htod(&envs.prev_realized, &mut self.prev_realized)?;
@@ -177,7 +177,7 @@ impl RewardChain {
     pub fn download_state(&self) -> Result<(RewardEnvs, RewardGlobal)> {
         let s = &self.stream;
         let w = s.clone_dtoh(&self.global)?;
-        let words: [f32; 8] = w.as_slice().try_into().map_err(|_| Error::Usage("reward global is not 8 floats".into()))?;
+        let words: [f32; 8] = w.as_slice().try_into().map_err(|_| Error::Shape("reward global is not 8 floats".into()))?;
         Ok((
             RewardEnvs {
                 prev_realized: s.clone_dtoh(&self.prev_realized)?,
@@ -194,7 +194,7 @@ impl RewardChain {
         let n = self.envs;
         let lens = [out.pnl.len(), out.done.len(), out.work.len(), out.raw.len(), out.abs.len(), out.duration.len(), out.reward.len()];
         if lens.iter().any(|&l| l != n) {
-            return Err(Error::Usage(format!("reward step buffers of lengths {lens:?} for a chain of {n} envs")));
+            return Err(Error::Shape(format!("reward step buffers of lengths {lens:?} for a chain of {n} envs")));
         }
         let s = &self.stream;
         s.memcpy_htod(&out.pnl, &mut self.pnl)?;
@@ -222,7 +222,7 @@ impl RewardChain {
 
     fn check_inputs(&self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         if realized.len() != self.envs || position.len() != self.envs {
-            return Err(Error::Usage(format!(
+            return Err(Error::Shape(format!(
                 "reward chain inputs of {} realized and {} positions for {} envs",
                 realized.len(),
                 position.len(),
@@ -251,19 +251,13 @@ impl RewardChain {
     /// then replayed. The inputs must stay the same buffers (their contents may change).
     pub fn step_graphed(&mut self, path: RewardPath, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         self.check_inputs(realized, position)?;
-        let binding = realized.device_ptr(&self.stream).0 ^ position.device_ptr(&self.stream).0.rotate_left(32);
         let stream = self.stream.clone();
-        let which = match path {
-            RewardPath::Chain => &mut self.chain_graph,
-            RewardPath::Fused => &mut self.fused_graph,
+        let binding = Binding::of(&[address(&stream, realized), address(&stream, position)]);
+        let slot: fn(&mut Self) -> &mut GraphSlot = match path {
+            RewardPath::Chain => |r| &mut r.chain_graph,
+            RewardPath::Fused => |r| &mut r.fused_graph,
         };
-        let mut slot = std::mem::replace(which, GraphSlot::new("reward"));
-        let r = slot.run(&stream, binding, || self.step(path, realized, position));
-        match path {
-            RewardPath::Chain => self.chain_graph = slot,
-            RewardPath::Fused => self.fused_graph = slot,
-        }
-        r
+        GraphSlot::run_on(self, slot, &stream, binding, |r| r.step(path, realized, position))
     }
 
     pub fn graph_phase(&self, path: RewardPath) -> Phase {

@@ -104,7 +104,7 @@ impl Gpu {
     /// no NVRTC or no device.
     pub fn new() -> Result<Gpu> {
         let ordinal = match std::env::var("TALLYHO_DEVICE") {
-            Ok(v) => v.parse().map_err(|_| Error::Usage(format!("TALLYHO_DEVICE={v:?} is not a device number: use 0, 1, ...")))?,
+            Ok(v) => v.parse().map_err(|_| Error::NoDevice(format!("TALLYHO_DEVICE={v:?} is not a device number: use 0, 1, ...")))?,
             Err(_) => 0,
         };
         Self::open(ordinal)
@@ -261,7 +261,7 @@ impl<'a> Programmatic<'a> {
     /// global memory.
     pub unsafe fn launch(&self, cfg: LaunchConfig) -> Result<()> {
         if self.len > PROGRAMMATIC_ARGS {
-            return Err(Error::Usage(format!(
+            return Err(Error::Shape(format!(
                 "a programmatic launch of {} arguments: at most {PROGRAMMATIC_ARGS} are held",
                 self.len
             )));

@@ -1,4 +1,4 @@
-//! The row-major GEMM helper, on both engines (cuBLASLt, cuBLAS), against the naive oracle
+//! The row-major GEMM helper (cuBLASLt) against the naive oracle
 //! under the FlashAttention rule.
 
 mod common;
@@ -8,12 +8,10 @@ mod gpu {
     use rand::SeedableRng;
     use tallyho::parity::uniform;
     use rand_chacha::ChaCha8Rng;
-    use tallyho::blas::{Blas, Engine, Epilogue, Layout};
+    use tallyho::blas::{Blas, Epilogue, Layout};
     use tallyho_oracle::gemm::{gemm, gemm_f32_reversed};
     use tallyho_oracle::tolerance::reduction_rule;
     use tallyho_oracle::compare_f32;
-
-    const ENGINES: [Engine; 2] = [Engine::Lt, Engine::Cublas];
 
     #[test]
     fn row_major_gemm_matches_the_oracle_for_every_transpose_and_odd_sizes() {
@@ -22,8 +20,7 @@ mod gpu {
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         // (33, 256, 1024): a small output over a long K, where the cuBLASLt plan may split K.
         let shapes = [(1, 1, 1), (3, 50, 7), (50, 3, 783), (256, 612, 512), (783, 255, 33), (33, 256, 1024)];
-        for (engine, &(m, n, k)) in ENGINES.iter().flat_map(|e| shapes.iter().map(move |s| (e, s))) {
-            blas.set_engine(*engine);
+        for &(m, n, k) in &shapes {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 let (lda, ldb) = (if ta { m } else { k } + 3, if tb { k } else { n } + 1);
                 let a = uniform(&mut rng, if ta { k } else { m } * lda, 1.0);
@@ -41,7 +38,7 @@ mod gpu {
                     .zip(&c0)
                     .map(|(&x, &c)| x + 0.5 * c)
                     .collect();
-                let c = compare_f32(&format!("{engine:?} C {m}x{n}x{k} ta={ta} tb={tb}"), &got, &want, reduction_rule(&f32_ref, &want));
+                let c = compare_f32(&format!("C {m}x{n}x{k} ta={ta} tb={tb}"), &got, &want, reduction_rule(&f32_ref, &want));
                 assert_all(&[c]);
             }
         }
@@ -56,8 +53,7 @@ mod gpu {
         let x = uniform(&mut rng, m * k, 1.0);
         let w = uniform(&mut rng, 2 * k * n, 1.0);
         let (dx, dw) = (gpu.stream.clone_htod(&x).unwrap(), gpu.stream.clone_htod(&w).unwrap());
-        for engine in ENGINES {
-            blas.set_engine(engine);
+        {
             let mut dy = gpu.stream.alloc_zeros::<f32>(2 * m * n).unwrap();
             #[rustfmt::skip]
             blas.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
@@ -67,7 +63,7 @@ mod gpu {
                 let wi = &w[i * k * n..(i + 1) * k * n];
                 let want = gemm(m, n, k, 1.0, &x, k, false, wi, n, false, 0.0, &[], n);
                 let f32_ref = gemm_f32_reversed(m, n, k, &x, k, false, wi, n, false);
-                let what = format!("{engine:?} Y{i}");
+                let what = format!("Y{i}");
                 assert_all(&[compare_f32(&what, &got[i * m * n..(i + 1) * m * n], &want, reduction_rule(&f32_ref, &want))]);
             }
         }
@@ -99,12 +95,6 @@ mod gpu {
             assert_all(&[compare_f32(&format!("relu Y{i}"), &values, &want, reduction_rule(&f32_ref, &want))]);
             assert!(rows.chunks_exact(n + 1).all(|r| r[n] == 1.0), "the product wrote the ones column of Y{i}");
         }
-        // cuBLAS has no epilogue: asked for one, it refuses and names the engine that has it.
-        blas.set_engine(Engine::Cublas);
-        #[rustfmt::skip]
-        let err = blas.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
-            0.0, &mut dy, n + 1, m * (n + 1), Epilogue::Relu).unwrap_err();
-        assert!(err.to_string().contains("needs the cuBLASLt engine"), "{err}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod gpu {
     use super::common::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
-    use tallyho::graph::GraphSlot;
+    use tallyho::graph::{address, Binding, GraphSlot};
     use tallyho::optimizer::Optimizer;
     use tallyho::parity::{check_qnet_adam, check_qnet_grad_norm, check_qnet_target_sync, uniform};
     use tallyho_oracle::qnet::QNetConfig;
@@ -52,7 +52,7 @@ mod gpu {
         let mut previous = p.clone();
         for step in 1..=20u32 {
             eager.step(&mut pe.as_view_mut(), &dg.as_view(), None).unwrap();
-            slot.run(&gpu.stream, 0, || graphed.step(&mut pg.as_view_mut(), &dg.as_view(), None)).unwrap();
+            slot.run(&gpu.stream, Binding::of(&[address(&gpu.stream, &pg), address(&gpu.stream, &dg)]), || graphed.step(&mut pg.as_view_mut(), &dg.as_view(), None)).unwrap();
             let (a, b) = (gpu.stream.clone_dtoh(&pe).unwrap(), gpu.stream.clone_dtoh(&pg).unwrap());
             assert_all(&[
                 compare_bitwise("params", &b, &a),

@@ -4,6 +4,7 @@
 
 use super::merge_step;
 use crate::env::Env;
+use crate::experience::{Experience, ExperiencePath};
 use crate::error::{Error, Result};
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
@@ -276,13 +277,14 @@ pub fn check_experience(
     let online = qspec::init_params(&qcfg);
     let mut acting = net.acting(cfg.envs)?;
     let mut env = Env::new(gpu, cfg, &BRANCHES, market, split)?;
+    let exp = Experience::new(gpu, &env, &net)?;
     env.set_epsilon(epsilon)?;
     let mut oracle = EnvState::new(cfg, split);
     let mut out: Vec<Comparison> = Vec::new();
     let mut activity = Activity::default();
     for t in 0..steps {
         let before = oracle.clone();
-        env.step(&net, &mut acting)?;
+        exp.step(&mut env, &net, &mut acting)?;
         let q = net.read_acting(&acting)?;
         let want = spec::env_step(cfg, &BRANCHES, epsilon, market, split, &mut oracle, |_| q.clone());
         activity.fills += want.fills.filled.iter().filter(|&&f| f == 1).count();
@@ -336,12 +338,13 @@ pub fn check_experience_graph(
     let (mut a_eager, mut a_graph) = (net.acting(cfg.envs)?.q_only(), net.acting(cfg.envs)?.q_only());
     let mut eager = Env::new(gpu, cfg, &BRANCHES, market, split)?;
     let mut graph = Env::new(gpu, cfg, &BRANCHES, market, split)?;
+    let (exp_eager, mut exp_graph) = (Experience::new(gpu, &eager, &net)?, Experience::new(gpu, &graph, &net)?);
     eager.set_epsilon(0.2)?;
     graph.set_epsilon(0.2)?;
     let mut out = Vec::new();
     for t in 0..steps {
-        eager.step(&net, &mut a_eager)?;
-        graph.step_graphed(&net, &mut a_graph)?;
+        exp_eager.step(&mut eager, &net, &mut a_eager)?;
+        exp_graph.step_graphed(&mut graph, &net, &mut a_graph)?;
         let (ge, gg) = (eager.read_outcome()?, graph.read_outcome()?);
         let mut c = vec![
             compare_exact("actions", &graph.read_actions()?, &eager.read_actions()?),
@@ -373,9 +376,10 @@ pub fn check_experience_fused(
     let (mut a_one, mut a_chain) = (net.acting(cfg.envs)?, net.acting(cfg.envs)?);
     let mut one = Env::new(gpu, cfg, &BRANCHES, market, split)?;
     let mut chain = Env::new(gpu, cfg, &BRANCHES, market, split)?;
-    chain.set_step_fused(false);
-    if !one.step_in_one_launch(&net) || chain.step_in_one_launch(&net) {
-        return Err(Error::Usage(format!("{} envs at {block_rows} rows a block: not one launch against the chain", cfg.envs)));
+    let (exp_one, mut exp_chain) = (Experience::new(gpu, &one, &net)?, Experience::new(gpu, &chain, &net)?);
+    exp_chain.set_path(ExperiencePath::Chain);
+    if !exp_one.in_one_launch(&one, &net) || exp_chain.in_one_launch(&chain, &net) {
+        return Err(Error::Shape(format!("{} envs at {block_rows} rows a block: not one launch against the chain", cfg.envs)));
     }
     // Only the one launch's outputs poisoned: one it failed to write differs from the chain's.
     one.poison_outputs()?;
@@ -383,8 +387,8 @@ pub fn check_experience_fused(
     chain.set_epsilon(0.2)?;
     let mut out = Vec::new();
     for t in 0..steps {
-        one.step(&net, &mut a_one)?;
-        chain.step(&net, &mut a_chain)?;
+        exp_one.step(&mut one, &net, &mut a_one)?;
+        exp_chain.step(&mut chain, &net, &mut a_chain)?;
         let (o, c) = (one.read_outcome()?, chain.read_outcome()?);
         let mut cmp = vec![
             compare_bitwise("states", &one.read_states()?, &chain.read_states()?),

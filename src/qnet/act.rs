@@ -8,7 +8,6 @@
 
 use super::{spec, BranchShape, Dims, QNetConfig, MAX_BRANCHES};
 use crate::error::{Error, Result};
-use crate::env::ExperienceEnv;
 use crate::runtime::{Gpu, Programmatic};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig};
@@ -123,12 +122,12 @@ fn source_lens(d: Dims) -> [usize; 4] {
 /// column (the rows and columns before are another head's: zero in this block's).
 fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) -> Result<[ActLayer; 4]> {
     if heads.len() > SEGMENTS {
-        return Err(Error::Usage(format!("{} heads: qnet_act takes at most {SEGMENTS}", heads.len())));
+        return Err(Error::Shape(format!("{} heads: qnet_act takes at most {SEGMENTS}", heads.len())));
     }
     let at = |name: &str| {
         spec::tensor(cfg, name)
             .map(|t| t.offset)
-            .ok_or_else(|| Error::Usage(format!("the Q-network layout has no tensor {name}")))
+            .ok_or_else(|| Error::Shape(format!("the Q-network layout has no tensor {name}")))
     };
     // A segment (x_off, fan_in, col0, lead, width, w, ld, bias).
     type Seg = (usize, usize, usize, usize, usize, usize, usize, usize);
@@ -184,7 +183,7 @@ fn aligned_fits(layers: &[ActLayer; 4], sources: [usize; 4]) -> bool {
 }
 
 fn u32_of(i: usize) -> Result<u32> {
-    u32::try_from(i).ok().ok_or_else(|| Error::Usage(format!("{i}: qnet_act indexes its parameters and columns below 2^32")))
+    u32::try_from(i).ok().ok_or_else(|| Error::Shape(format!("{i}: qnet_act indexes its parameters and columns below 2^32")))
 }
 
 /// The fused forward for one rows-per-block choice: its network description and its
@@ -213,18 +212,17 @@ impl Plan {
     }
 }
 
-/// One rows-per-block's entry points: the acting forward (`qnet_act_*`) and the whole
-/// experience step around it (`experience_step_*`, cuda/experience_step.cu).
-pub(super) struct Entry {
-    act: CudaFunction,
-    step: CudaFunction,
+/// The entry point suffix of a rows-per-block and feed: `{feed}rows{R}`, shared by
+/// `qnet_act_*` and every kernel built on the same forward (`experience_step_*`).
+fn suffix(aligned: bool, rows: usize) -> String {
+    format!("{}rows{rows}", if aligned { "aligned_" } else { "" })
 }
 
 /// The fused acting forward of one network: the entry points whose shared memory fits the
 /// device, and the device's multiprocessor count (which the rows per block follow).
 pub(super) struct Fused {
-    /// The entry points and plan of each rows-per-block that fits, fewest rows first.
-    plans: Vec<(Entry, Plan)>,
+    /// The entry point and plan of each rows-per-block that fits, fewest rows first.
+    plans: Vec<(CudaFunction, Plan)>,
     /// The entry points are the aligned feed's ([`aligned_fits`]).
     aligned: bool,
     sms: usize,
@@ -240,19 +238,15 @@ impl Fused {
         let sms = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
         let layers = layers_of(cfg, d, heads)?;
         let aligned = aligned_fits(&layers, source_lens(d));
-        let feed = if aligned { "aligned_" } else { "" };
         let mut plans = Vec::new();
         for rows in BLOCK_ROWS {
             let plan = Plan::of(d, &layers, rows);
             if plan.smem > optin {
                 break;
             }
-            let entry = |file: &str| -> Result<CudaFunction> {
-                let f = gpu.function(file, &format!("{file}_{feed}rows{rows}"))?;
-                f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, plan.smem as i32)?;
-                Ok(f)
-            };
-            plans.push((Entry { act: entry("qnet_act")?, step: entry("experience_step")? }, plan));
+            let f = gpu.function("qnet_act", &format!("qnet_act_{}", suffix(aligned, rows)))?;
+            set_smem(&f, plan.smem)?;
+            plans.push((f, plan));
         }
         Ok(Fused { plans, aligned, sms, forced: None })
     }
@@ -271,7 +265,7 @@ impl Fused {
     pub(super) fn force_rows(&mut self, rows: Option<usize>) -> Result<()> {
         if let Some(r) = rows {
             if !self.plans.iter().any(|(_, p)| p.rows == r) {
-                return Err(Error::Usage(format!(
+                return Err(Error::Shape(format!(
                     "{r} rows per qnet_act block: this network and device take one of {:?}",
                     self.fitting()
                 )));
@@ -285,7 +279,7 @@ impl Fused {
     /// least 3/4 of the multiprocessors; else None (layer by layer). Fewer rows a block stream
     /// the same weights for fewer rows, and a partly filled GPU leaves the layer-by-layer
     /// products ahead (docs/BENCHMARKS.md: N = 256 and 4096 on the H200).
-    fn pick(&self, n: usize) -> Option<&(Entry, Plan)> {
+    fn pick(&self, n: usize) -> Option<&(CudaFunction, Plan)> {
         if let Some(r) = self.forced {
             return self.plans.iter().find(|(_, p)| p.rows == r);
         }
@@ -297,6 +291,18 @@ impl Fused {
     pub(super) fn block_rows(&self, n: usize) -> Option<usize> {
         self.pick(n).map(|(_, p)| p.rows)
     }
+}
+
+/// Raise `f`'s dynamic shared memory limit to `smem` bytes (a plan's).
+fn set_smem(f: &CudaFunction, smem: usize) -> Result<()> {
+    Ok(f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?)
+}
+
+/// One kernel built on the fused forward (`experience_step_*`, cuda/experience_step.cu):
+/// its entry point for each rows-per-block that fits, loaded and given the plan's shared
+/// memory by [`crate::qnet::QNet::load_forward_kernel`].
+pub struct ForwardKernel {
+    entries: Vec<(usize, CudaFunction)>,
 }
 
 /// `qnet_act`'s inputs and outputs: the states `x` (`rows x (S + 1)`, as state_gather writes
@@ -322,29 +328,71 @@ pub(super) struct ActParams<'a> {
     pub heads: CudaView<'a, f32>,
 }
 
-/// The plan and launch shape for `rows` rows (requires `fused.block_rows(rows)`).
-fn shape_of(fused: &Fused, rows: usize) -> Result<(&Entry, &Plan, LaunchConfig)> {
-    let (e, plan) = fused
-        .pick(rows)
-        .ok_or_else(|| Error::Usage("qnet_act: the network does not fit one block's shared memory".into()))?;
-    let blocks = u32::try_from(rows.div_ceil(plan.rows)).map_err(|_| Error::Usage(format!("acting on {rows} rows: too many for one grid")))?;
-    Ok((e, plan, LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: plan.smem as u32 }))
+/// The online network and the launch shape of one fused forward over `rows` rows: what a
+/// kernel built on the forward (`qnet_act`, `experience_step`) takes after its rows' inputs.
+pub struct ForwardLaunch<'a> {
+    online: ActParams<'a>,
+    head: ActHead<'a>,
+    plan: &'a Plan,
+    cfg: LaunchConfig,
 }
 
-/// The arguments after the rows' inputs, common to both kernels: the online parameters and
-/// dense head matrix, ActNet and BranchShape by value, u32 na, f32 v_min, v_max.
-fn push_network<'a>(l: &mut Programmatic<'a>, online: &'a ActParams, plan: &'a Plan, head: &'a ActHead) {
-    l.input(&online.params).input(&online.heads);
-    l.value(&plan.net).value(head.shape).value(&head.na).value(&head.v_min).value(&head.v_max);
+impl<'a> ForwardLaunch<'a> {
+    /// The grid: `ceil(rows / R)` blocks of THREADS, the plan's shared memory.
+    pub fn config(&self) -> LaunchConfig {
+        self.cfg
+    }
+
+    /// Push the network's arguments, in the kernels' signature order after the rows'
+    /// inputs: the online parameters and dense head matrix, ActNet and BranchShape by value,
+    /// u32 na, f32 v_min, v_max.
+    pub fn push_network(&'a self, l: &mut Programmatic<'a>) {
+        l.input(&self.online.params).input(&self.online.heads);
+        l.value(&self.plan.net).value(self.head.shape).value(&self.head.na).value(&self.head.v_min).value(&self.head.v_max);
+    }
+
+    /// The entry point of `kernel` for this launch's rows per block.
+    pub fn entry<'k>(&self, kernel: &'k ForwardKernel) -> Result<&'k CudaFunction> {
+        kernel.entries.iter().find(|(rows, _)| *rows == self.plan.rows).map(|(_, f)| f).ok_or_else(|| {
+            Error::Shape(format!("no entry point for {} rows per block: load the kernel from this network", self.plan.rows))
+        })
+    }
 }
 
-/// Launch `qnet_act` on `io.rows` rows (requires `fused.block_rows(io.rows)`).
-pub(super) fn launch(stream: &Arc<CudaStream>, fused: &Fused, online: ActParams, head: ActHead, io: ActIo) -> Result<()> {
-    let (e, plan, cfg) = shape_of(fused, io.rows)?;
+impl Fused {
+    /// The forward launch for `rows` rows and qnet_act's entry point for it (None: acting
+    /// on that many rows runs layer by layer).
+    pub(super) fn launch_of<'a>(
+        &'a self,
+        rows: usize,
+        online: ActParams<'a>,
+        head: ActHead<'a>,
+    ) -> Result<Option<(&'a CudaFunction, ForwardLaunch<'a>)>> {
+        let Some((f, plan)) = self.pick(rows) else { return Ok(None) };
+        let blocks = u32::try_from(rows.div_ceil(plan.rows)).map_err(|_| Error::Shape(format!("acting on {rows} rows: too many for one grid")))?;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: plan.smem as u32 };
+        Ok(Some((f, ForwardLaunch { online, head, plan, cfg })))
+    }
+
+    /// Load `file`'s entry points `{file}_{feed}rows{R}` for every plan that fits, each with
+    /// its plan's shared memory.
+    pub(super) fn load_kernel(&self, gpu: &Gpu, file: &str) -> Result<ForwardKernel> {
+        let mut entries = Vec::with_capacity(self.plans.len());
+        for (_, plan) in &self.plans {
+            let f = gpu.function(file, &format!("{file}_{}", suffix(self.aligned, plan.rows)))?;
+            set_smem(&f, plan.smem)?;
+            entries.push((plan.rows, f));
+        }
+        Ok(ForwardKernel { entries })
+    }
+}
+
+/// Launch `qnet_act` (entry point `f`) on `io.rows` rows by `launch`.
+pub(super) fn launch(stream: &Arc<CudaStream>, f: &CudaFunction, launch: &ForwardLaunch, io: ActIo) -> Result<()> {
     let rows64 = io.rows as u64;
-    let mut l = Programmatic::new(stream, &e.act);
+    let mut l = Programmatic::new(stream, f);
     l.input(io.x).value(&rows64);
-    push_network(&mut l, &online, plan, &head);
+    launch.push_network(&mut l);
     match io.y {
         Some(y) => l.output(y),
         None => l.null(),
@@ -359,28 +407,7 @@ pub(super) fn launch(stream: &Arc<CudaStream>, fused: &Fused, online: ActParams,
     // shared memory limit was raised to plan.smem in Fused::new; it calls
     // grid_wait_for_prior before it touches global memory (launched programmatically: its
     // launch and shared-memory set-up overlap the tail of the kernel ahead).
-    unsafe { l.launch(cfg) }
-}
-
-/// Launch `experience_step` for the envs of `env` (requires `fused.block_rows(envs)`): their
-/// states gathered (into env's states and x), the acting forward into y (if wanted) and q,
-/// their steps.
-pub(super) fn launch_step(stream: &Arc<CudaStream>, fused: &Fused, online: ActParams, head: ActHead, env: &ExperienceEnv, y: Option<&mut CudaSlice<f32>>, q: &mut CudaSlice<f32>) -> Result<()> {
-    let (e, plan, cfg) = shape_of(fused, env.envs())?;
-    let mut l = Programmatic::new(stream, &e.step);
-    l.value(env);
-    push_network(&mut l, &online, plan, &head);
-    match y {
-        Some(y) => l.output(y),
-        None => l.null(),
-    };
-    l.output(q);
-    // SAFETY: follows experience_step_{aligned_,}rows{R}'s signature (ActEnv by value, the
-    // network's arguments of push_network, y [envs x ow] or null, q [envs x A]): `env` holds the device addresses of
-    // one Env's market, portfolios and outputs, sized for its envs (ExperienceEnv); the caller
-    // (QNet::act_experience) checked that the network's state width and actions are the env's
-    // and passes its Acting's y and q; the network's arguments as for `launch`.
-    unsafe { l.launch(cfg) }
+    unsafe { l.launch(launch.config()) }
 }
 
 #[cfg(test)]

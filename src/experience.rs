@@ -1,0 +1,114 @@
+//! The experience step: for N envs, state gather, the online network's acting forward, then
+//! each env's action select, fill and barriers (with auto-reset). It sits above both the env
+//! and the Q-network, and owns what joins them: the one-launch `experience_step` kernel
+//! (cuda/experience_step.cu: a block gathers its envs' states, runs the acting forward of
+//! cuda/common/qnet_act.cuh on them and steps them), and the verification path it must
+//! equal bit for bit, the chain of three launches `state_gather` -> [`QNet::act`] ->
+//! `env_step`. Spec: tallyho_oracle::env `state_gather`, qnet `forward` and `head_q`, env
+//! `env_step`, in a row.
+//!
+//! Nothing here allocates after [`Experience::new`]; every per-step value (each env's clock,
+//! epsilon) lives in device memory, so [`Experience::step_graphed`] captures the step once.
+
+use crate::env::Env;
+use crate::error::{Error, Result};
+use crate::graph::{address, Binding, GraphSlot, Phase};
+use crate::qnet::act::ForwardKernel;
+use crate::qnet::{Acting, QNet};
+use crate::runtime::{Gpu, Programmatic};
+use std::sync::Arc;
+
+/// Which launches make the experience step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExperiencePath {
+    /// `experience_step` where the network acts on N rows by `qnet_act`; else the chain.
+    Fused,
+    /// Always the chain of three (`state_gather`, [`QNet::act`], `env_step`): the
+    /// verification path that checks the one launch, stage by stage.
+    Chain,
+}
+
+/// The experience step of one env set and one network: the one-launch kernel's entry points
+/// (loaded for the network's plans), the path, and the step's graph slot.
+pub struct Experience {
+    kernel: ForwardKernel,
+    path: ExperiencePath,
+    graph: GraphSlot,
+}
+
+impl Experience {
+    /// The experience step of `env`'s envs acting by `net`: the env's state width and
+    /// actions must be the network's.
+    pub fn new(gpu: &Gpu, env: &Env, net: &QNet) -> Result<Experience> {
+        let (s, a) = net.io_widths();
+        let e = env.act_env();
+        if e.state_dim() != s || e.actions() != a {
+            return Err(Error::Shape(format!(
+                "envs of state width {} and {} actions for a network of {s} inputs and {a} actions: build the network from the env's state width and branches",
+                e.state_dim(),
+                e.actions(),
+            )));
+        }
+        Ok(Experience { kernel: net.load_forward_kernel(gpu, "experience_step")?, path: ExperiencePath::Fused, graph: GraphSlot::new("experience_step") })
+    }
+
+    /// Choose the path of the steps that follow (not of a graph already captured).
+    pub fn set_path(&mut self, path: ExperiencePath) {
+        self.path = path;
+    }
+
+    /// Whether a step of `env` by `net` is the one launch `experience_step`.
+    pub fn in_one_launch(&self, env: &Env, net: &QNet) -> bool {
+        self.path == ExperiencePath::Fused && net.act_block_rows(env.config().envs).is_some()
+    }
+
+    /// One experience timestep, eagerly: the one launch where [`Experience::in_one_launch`],
+    /// else the chain of three, with the same outputs bit for bit. No allocation, no host copy.
+    pub fn step(&self, env: &mut Env, net: &QNet, acting: &mut Acting) -> Result<()> {
+        let envs = env.config().envs;
+        if acting.rows() != envs {
+            return Err(Error::Shape(format!("acting buffers of {} rows for {envs} envs", acting.rows())));
+        }
+        if self.path == ExperiencePath::Fused {
+            if let Some((_, launch)) = net.act_launch(envs)? {
+                let stream = env.stream().clone();
+                let act_env = env.act_env();
+                let mut l = Programmatic::new(&stream, launch.entry(&self.kernel)?);
+                l.value(&act_env);
+                launch.push_network(&mut l);
+                match acting.y_if_kept() {
+                    Some(y) => l.output(y),
+                    None => l.null(),
+                };
+                l.output(&mut acting.q);
+                // SAFETY: follows experience_step_{aligned_,}rows{R}'s signature (ActEnv by
+                // value, the network's arguments of push_network, y [envs x ow] or null, q
+                // [envs x A]): `act_env` holds the device addresses of env's market,
+                // portfolios and outputs, sized for its envs; new() checked that the
+                // network's state width and actions are the env's; acting's buffers hold
+                // envs rows (checked above); the entry point was loaded for this plan's rows
+                // per block with its shared memory (QNet::load_forward_kernel); it calls
+                // grid_wait_for_prior before it touches global memory.
+                return unsafe { l.launch(launch.config()) };
+            }
+        }
+        env.state_gather()?;
+        net.act(&env.x, acting)?;
+        env.env_step(&acting.q)
+    }
+
+    /// [`Experience::step`] through the step's graph slot: eager once, then captured, then
+    /// replayed. The env, network and acting buffers must stay the same (the binding holds
+    /// their device addresses).
+    pub fn step_graphed(&mut self, env: &mut Env, net: &QNet, acting: &mut Acting) -> Result<()> {
+        let stream: Arc<_> = env.stream().clone();
+        let e = env.act_env();
+        let (params, heads) = net.act_addresses();
+        let binding = Binding::of(&[e.states_address(), params, heads, address(&stream, &acting.q), self.in_one_launch(env, net) as u64]);
+        GraphSlot::run_on(self, |x| &mut x.graph, &stream, binding, |x| x.step(env, net, acting))
+    }
+
+    pub fn graph_phase(&self) -> Phase {
+        self.graph.phase()
+    }
+}
