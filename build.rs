@@ -1,7 +1,8 @@
 //! Embeds cuda/**/*.cu into a generated kernel table: for each file, its stage name, its
 //! source with the project's own `#include "..."` headers inlined (so the binary needs no
 //! source tree at run time), its `extern "C" __global__` entry points, and the SHA-256 of
-//! the inlined source (what a fixture records as the kernel source hash).
+//! the inlined source (what a fixture records as the kernel source hash); and a constant per
+//! entry point (`entry::<file>::<ENTRY>`), so no launch site spells a kernel name.
 //! Adding a .cu file needs no Rust edit.
 
 use sha2::{Digest, Sha256};
@@ -22,6 +23,10 @@ fn main() {
     }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let mut table = String::from("pub static KERNELS: &[KernelSource] = &[\n");
+    let mut consts = String::from(
+        "// One constant per entry point of every cuda/<file>.cu, in a module named after the file:\n\
+         // launch sites name kernels through these, never by a string literal.\n",
+    );
     for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "cu")) {
         let name = file.file_stem().unwrap().to_str().unwrap().to_string();
         let mut seen = BTreeSet::new();
@@ -31,6 +36,11 @@ fn main() {
             panic!("{} declares no extern \"C\" __global__ entry point", file.display());
         }
         let hash = hex(&Sha256::digest(source.as_bytes()));
+        writeln!(consts, "/// The entry points of cuda/{name}.cu.\npub mod {name} {{\n    use super::Entry;").unwrap();
+        for e in &entries {
+            writeln!(consts, "    pub const {}: Entry = Entry {{ file: {name:?}, name: {e:?} }};", e.to_uppercase()).unwrap();
+        }
+        writeln!(consts, "}}").unwrap();
         let generated = out_dir.join(format!("{name}.cu"));
         fs::write(&generated, &source).unwrap();
         writeln!(
@@ -42,6 +52,7 @@ fn main() {
     }
     table.push_str("];\n");
     fs::write(out_dir.join("kernel_table.rs"), table).unwrap();
+    fs::write(out_dir.join("kernel_entries.rs"), consts).unwrap();
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {

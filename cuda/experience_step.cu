@@ -38,6 +38,7 @@ struct ActEnv {
         if (threadIdx.x < here) env_step_env(first + threadIdx.x, q, br, branches_width(br), *io.epsilon, p, st, io);
     }
 };
+static_assert(sizeof(ActEnv) == 304, "ActEnv is mirrored field for field by src/env.rs");
 
 // The entry points, as qnet_act's: one per rows-per-block R = 16 MT and feed; `env` the
 // host's ExperienceEnv (src/env.rs), the rest as qnet_act's (y, the head outputs without

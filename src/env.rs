@@ -6,7 +6,7 @@
 //! in device memory, so a captured step replays correctly.
 
 use crate::error::{Error, Result};
-use crate::runtime::{grid_stride, Gpu, Programmatic};
+use crate::runtime::{entry, grid_stride, Gpu, Programmatic};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::env::{EnvConfig, EnvMarket, EnvState, Fills, Outcome, Split, PORTFOLIO_FEATURES};
@@ -50,6 +50,8 @@ struct EnvParams {
 
 // SAFETY: plain old data of 4-byte fields, laid out as the kernels' struct (repr(C)).
 unsafe impl cudarc::driver::DeviceRepr for EnvParams {}
+// The size of `struct EnvParams` (cuda/common/env.cuh static_asserts the same).
+const _: () = assert!(std::mem::size_of::<EnvParams>() == 72);
 
 /// `struct EnvState` of cuda/common/env.cuh: the device addresses of the state's fields.
 #[repr(C)]
@@ -58,6 +60,8 @@ struct StatePtrs([u64; 10]);
 
 // SAFETY: ten device addresses, the layout of the kernels' struct of ten pointers.
 unsafe impl cudarc::driver::DeviceRepr for StatePtrs {}
+// The size of `struct EnvState` (cuda/common/env.cuh static_asserts the same).
+const _: () = assert!(std::mem::size_of::<StatePtrs>() == 80);
 
 /// `struct ActionBranches` of cuda/action_select.cu.
 #[repr(C)]
@@ -69,6 +73,8 @@ struct ActionBranches {
 
 // SAFETY: plain old data of u32, laid out as the kernel's struct (repr(C)).
 unsafe impl cudarc::driver::DeviceRepr for ActionBranches {}
+// The size of `struct ActionBranches` (cuda/common/env_steps.cuh static_asserts the same).
+const _: () = assert!(std::mem::size_of::<ActionBranches>() == 20);
 
 impl ActionBranches {
     /// The Q-values row's width: every branch's actions (`branches_width`,
@@ -110,6 +116,8 @@ pub struct ActEnv {
 // SAFETY: device addresses and the plain-old-data structs above, laid out as the kernel's
 // struct (repr(C): the same fields in the same order, so the same padding).
 unsafe impl cudarc::driver::DeviceRepr for ActEnv {}
+// The size of `struct ActEnv` (cuda/experience_step.cu static_asserts the same).
+const _: () = assert!(std::mem::size_of::<ActEnv>() == 304);
 
 impl ActEnv {
     pub fn envs(&self) -> usize {
@@ -219,11 +227,11 @@ impl Env {
         split.validate(market.bars)?;
         let s = &gpu.stream;
         let k = Kernels {
-            state_gather: gpu.function("state_gather", "state_gather")?,
-            action_select: gpu.function("action_select", "action_select")?,
-            fill_step: gpu.function("fill_step", "fill_step")?,
-            barriers: gpu.function("barriers", "barriers")?,
-            env_step: gpu.function("env_step", "env_step")?,
+            state_gather: gpu.function(entry::state_gather::STATE_GATHER)?,
+            action_select: gpu.function(entry::action_select::ACTION_SELECT)?,
+            fill_step: gpu.function(entry::fill_step::FILL_STEP)?,
+            barriers: gpu.function(entry::barriers::BARRIERS)?,
+            env_step: gpu.function(entry::env_step::ENV_STEP)?,
         };
         let [key0, key1] = key_of_seed(cfg.seed);
         let params = EnvParams {

@@ -13,10 +13,18 @@
 use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::graph::{address, Binding, GraphSlot, Phase};
-use crate::qnet::act::ForwardKernel;
+use crate::qnet::act::{ForwardEntries, ForwardKernel};
 use crate::qnet::{Acting, QNet};
-use crate::runtime::{Gpu, Programmatic};
+use crate::runtime::{entry, Gpu, Programmatic};
 use std::sync::Arc;
+
+/// `experience_step`'s entry points, one per feed and rows per block (as qnet_act's).
+const EXPERIENCE_STEP: ForwardEntries = ForwardEntries {
+    rows16: entry::experience_step::EXPERIENCE_STEP_ROWS16,
+    rows32: entry::experience_step::EXPERIENCE_STEP_ROWS32,
+    aligned_rows16: entry::experience_step::EXPERIENCE_STEP_ALIGNED_ROWS16,
+    aligned_rows32: entry::experience_step::EXPERIENCE_STEP_ALIGNED_ROWS32,
+};
 
 /// Which launches make the experience step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +57,7 @@ impl Experience {
                 e.actions(),
             )));
         }
-        Ok(Experience { kernel: net.load_forward_kernel(gpu, "experience_step")?, path: ExperiencePath::Fused, graph: GraphSlot::new("experience_step") })
+        Ok(Experience { kernel: net.load_forward_kernel(gpu, &EXPERIENCE_STEP)?, path: ExperiencePath::Fused, graph: GraphSlot::new("experience_step") })
     }
 
     /// Choose the path of the steps that follow (not of a graph already captured).

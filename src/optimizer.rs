@@ -5,7 +5,7 @@
 //! block, so an update that ends in `step` can be captured in a graph and replayed.
 
 use crate::error::{Error, Result};
-use crate::runtime::{grid_stride, Gpu};
+use crate::runtime::{entry, grid_stride, Gpu};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::qnet::QNetConfig;
@@ -29,6 +29,8 @@ pub struct OptCtl {
 
 impl OptCtl {
     /// Words of the control block as the device holds it.
+    /// Words of the control block as the device holds it (`struct OptCtl`, 32 bytes:
+    /// cuda/common/qnet.cuh static_asserts the size).
     pub const WORDS: usize = 8;
 
     /// The block after `step` updates, before the next one's norm (`set_state`).
@@ -92,9 +94,9 @@ impl Optimizer {
         let s = &gpu.stream;
         Ok(Optimizer {
             stream: s.clone(),
-            grad_norm_k: gpu.function("qnet_grad_norm", "qnet_grad_norm")?,
-            adam_k: gpu.function("qnet_adam", "qnet_adam")?,
-            polyak_k: gpu.function("qnet_target_sync", "qnet_target_sync_polyak")?,
+            grad_norm_k: gpu.function(entry::qnet_grad_norm::QNET_GRAD_NORM)?,
+            adam_k: gpu.function(entry::qnet_adam::QNET_ADAM)?,
+            polyak_k: gpu.function(entry::qnet_target_sync::QNET_TARGET_SYNC_POLYAK)?,
             n,
             lr: cfg.lr,
             beta1: cfg.adam_beta1,

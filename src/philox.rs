@@ -2,7 +2,7 @@
 //! of the known-answer test). Spec: tallyho_oracle::philox.
 
 use crate::error::{Error, Result};
-use crate::runtime::Gpu;
+use crate::runtime::{entry, Gpu};
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 /// `philox_kat`: one Philox4x32-10 call per (counter, key) pair, on the GPU.
@@ -11,7 +11,7 @@ pub fn philox_kat(gpu: &Gpu, counters: &[[u32; 4]], keys: &[[u32; 2]]) -> Result
     if keys.len() != n || n == 0 || n > u32::MAX as usize / 4 {
         return Err(Error::Shape(format!("philox_kat: {n} counters and {} keys: give 1.. pairs", keys.len())));
     }
-    let f = gpu.function("philox", "philox_kat")?;
+    let f = gpu.function(entry::philox::PHILOX_KAT)?;
     let s = &gpu.stream;
     let c: Vec<u32> = counters.iter().flatten().copied().collect();
     let k: Vec<u32> = keys.iter().flatten().copied().collect();

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::{address, Binding, GraphSlot};
-use crate::runtime::{grid_stride, one_block, Gpu};
+use crate::runtime::{entry, grid_stride, one_block, Gpu};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::per::{PerCtl, PerState, Transitions, ACTION_BRANCHES};
@@ -131,11 +131,11 @@ impl PerBuffer {
         }
         let s = &gpu.stream;
         let k = Kernels {
-            insert_rows: gpu.function("per_insert", "per_insert_rows")?,
-            insert_tree: gpu.function("per_insert", "per_insert_tree")?,
-            sample: gpu.function("per_sample", "per_sample")?,
-            gather: gpu.function("per_gather", "per_gather")?,
-            update: gpu.function("per_update_priorities", "per_update_priorities")?,
+            insert_rows: gpu.function(entry::per_insert::PER_INSERT_ROWS)?,
+            insert_tree: gpu.function(entry::per_insert::PER_INSERT_TREE)?,
+            sample: gpu.function(entry::per_sample::PER_SAMPLE)?,
+            gather: gpu.function(entry::per_gather::PER_GATHER)?,
+            update: gpu.function(entry::per_update_priorities::PER_UPDATE_PRIORITIES)?,
         };
         let ctl = s.clone_htod(&ctl_words(&PerCtl::default()))?;
         Self::allocate(s, cfg, max_insert, k, ctl).map_err(|e| match e {

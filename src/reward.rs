@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::{address, Binding, GraphSlot, Phase};
-use crate::runtime::{grid_stride, Gpu};
+use crate::runtime::{entry, grid_stride, Gpu};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::reward::{RewardConfig, RewardEnvs, RewardGlobal, RewardOut, Stage};
@@ -49,6 +49,8 @@ struct RewardParams {
 
 // SAFETY: plain old data of 4-byte fields, laid out as the kernels' struct (repr(C)).
 unsafe impl cudarc::driver::DeviceRepr for RewardParams {}
+// The size of `struct RewardParams` (cuda/common/reward.cuh static_asserts the same).
+const _: () = assert!(std::mem::size_of::<RewardParams>() == 56);
 
 struct Kernels {
     pnl_delta: CudaFunction,
@@ -101,21 +103,22 @@ impl RewardChain {
         if envs == 0 || envs > 1 << 24 {
             return Err(Error::Shape(format!("{envs} envs for the reward chain: use 1 to 2^24")));
         }
-        let f = |e: &str| gpu.function("reward_chain", e);
+        use entry::reward_chain as rc;
+        let f = |e| gpu.function(e);
         let k = Kernels {
-            pnl_delta: f("reward_pnl_delta")?,
-            shaping: f("reward_shaping")?,
-            snapshot: f("reward_snapshot")?,
-            abs: f("reward_abs")?,
-            duration: f("reward_duration")?,
-            ema_partial: f("reward_ema_partial")?,
-            ema_finalize: f("reward_ema_finalize")?,
-            outcome: f("reward_outcome")?,
-            scale: f("reward_scale")?,
-            controllers: f("reward_controllers")?,
-            dispersion_partial: f("reward_dispersion_partial")?,
-            dispersion_finalize: f("reward_dispersion_finalize")?,
-            fused: gpu.function("reward_fused", "reward_fused")?,
+            pnl_delta: f(rc::REWARD_PNL_DELTA)?,
+            shaping: f(rc::REWARD_SHAPING)?,
+            snapshot: f(rc::REWARD_SNAPSHOT)?,
+            abs: f(rc::REWARD_ABS)?,
+            duration: f(rc::REWARD_DURATION)?,
+            ema_partial: f(rc::REWARD_EMA_PARTIAL)?,
+            ema_finalize: f(rc::REWARD_EMA_FINALIZE)?,
+            outcome: f(rc::REWARD_OUTCOME)?,
+            scale: f(rc::REWARD_SCALE)?,
+            controllers: f(rc::REWARD_CONTROLLERS)?,
+            dispersion_partial: f(rc::REWARD_DISPERSION_PARTIAL)?,
+            dispersion_finalize: f(rc::REWARD_DISPERSION_FINALIZE)?,
+            fused: gpu.function(entry::reward_fused::REWARD_FUSED)?,
         };
         let p = RewardParams {
             entry_cost: cfg.entry_cost,

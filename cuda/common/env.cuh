@@ -13,6 +13,7 @@ struct EnvParams {
     float take_profit, stop_loss, reward_scale, dsr_eta;
     unsigned int key0, key1;
 };
+static_assert(sizeof(EnvParams) == 72, "EnvParams is mirrored field for field by src/env.rs");
 
 // Action branches (direction, size, order type) and their codes; done reasons.
 #define ENV_BRANCHES 3
@@ -41,6 +42,7 @@ struct EnvState {
     float* dsr_a;
     float* dsr_b;
 };
+static_assert(sizeof(EnvState) == 80, "EnvState is mirrored by src/env.rs StatePtrs");
 
 __device__ __forceinline__ float sign_of(int p) { return p > 0 ? 1.0f : (p < 0 ? -1.0f : 0.0f); }
 

@@ -12,6 +12,7 @@ struct PerCtl {
     unsigned int sample_step;
     float max_priority;
 };
+static_assert(sizeof(PerCtl) == 16, "PerCtl is read as 4 words by src/replay.rs ctl_words");
 
 // Refresh the ancestors of `count` leaves, one level per barrier, from the bottom up.
 // `leaf_of(j)` names the j-th touched leaf. Two threads whose leaves share an ancestor write

@@ -8,6 +8,7 @@ struct OptCtl {
     double bias1;        // 1 - beta1^step: Adam's bias corrections of that step
     double bias2;        // 1 - beta2^step
 };
+static_assert(sizeof(OptCtl) == 32, "OptCtl is read as OptCtl::WORDS = 8 words by src/optimizer.rs");
 
 // The network's branch structure, a kernel argument (built by the host, src/qnet.rs
 // `BranchShape`, so no kernel loads it): K = count branch sizes n_k; head-output row offsets
@@ -22,6 +23,7 @@ struct BranchShape {
     unsigned int logit[QNET_MAX_BRANCHES + 1];
     unsigned int q[QNET_MAX_BRANCHES + 1];
 };
+static_assert(sizeof(BranchShape) == 148, "BranchShape is mirrored by src/qnet/layout.rs");
 
 // The C51 support atom z_i = v_min + i dz, dz = (v_max - v_min) / (NA - 1), in double
 // without contraction: the oracle's qnet::support.

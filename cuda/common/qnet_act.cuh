@@ -110,6 +110,7 @@ struct ActSegment {
     unsigned int x_off, fan_in, col0, lead, width, pcol0;
     unsigned int w, ld, bias;
 };
+static_assert(sizeof(ActSegment) == 36, "ActSegment is mirrored by src/qnet/act.rs");
 
 // A layer's segments, its padded width, its slices per pass, and whether every segment's
 // weight rows start 16-byte aligned (w and ld multiples of 4: 16-byte copies; else 4-byte
@@ -118,11 +119,13 @@ struct ActLayer {
     unsigned int count, pwidth, slices, vec4;
     ActSegment seg[ACT_SEGMENTS];
 };
+static_assert(sizeof(ActLayer) == 340, "ActLayer is mirrored by src/qnet/act.rs");
 
 struct ActNet {
     ActLayer layer[ACT_LAYERS];
     unsigned int s, x_ld, p_floats, q_floats;
 };
+static_assert(sizeof(ActNet) == 1376, "ActNet is mirrored by src/qnet/act.rs");
 
 // The segment of padded column p: its index found on the segments' first columns, then the
 // segment read by that index.

@@ -21,6 +21,7 @@ struct RewardParams {
         scale_max, target_duration, hold_gain, hold_bonus_max, dispersion_floor;
     unsigned int min_hold, envs;
 };
+static_assert(sizeof(RewardParams) == 56, "RewardParams is mirrored field for field by src/reward.rs");
 
 __device__ __forceinline__ float sign_f(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 

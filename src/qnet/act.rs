@@ -8,7 +8,7 @@
 
 use super::{spec, BranchShape, Dims, QNetConfig, MAX_BRANCHES};
 use crate::error::{Error, Result};
-use crate::runtime::{Gpu, Programmatic};
+use crate::runtime::{entry, Entry, Gpu, Programmatic};
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig};
 use std::sync::Arc;
@@ -84,6 +84,12 @@ struct ActNet {
 
 // SAFETY: plain old data of u32 fields, laid out as the kernel's structs (repr(C)).
 unsafe impl cudarc::driver::DeviceRepr for ActNet {}
+
+// The sizes of `struct ActSegment`, `ActLayer` and `ActNet` (cuda/common/qnet_act.cuh
+// static_asserts the same).
+const _: () = assert!(std::mem::size_of::<ActSegment>() == 36);
+const _: () = assert!(std::mem::size_of::<ActLayer>() == 340);
+const _: () = assert!(std::mem::size_of::<ActNet>() == 1376);
 
 impl ActLayer {
     fn segments(&self) -> &[ActSegment] {
@@ -212,11 +218,34 @@ impl Plan {
     }
 }
 
-/// The entry point suffix of a rows-per-block and feed: `{feed}rows{R}`, shared by
-/// `qnet_act_*` and every kernel built on the same forward (`experience_step_*`).
-fn suffix(aligned: bool, rows: usize) -> String {
-    format!("{}rows{rows}", if aligned { "aligned_" } else { "" })
+/// The entry points of a kernel built on the fused forward, one per feed and rows per
+/// block (`{file}_{aligned_,}rows{16,32}`): `qnet_act` and `experience_step`.
+pub struct ForwardEntries {
+    pub rows16: Entry,
+    pub rows32: Entry,
+    pub aligned_rows16: Entry,
+    pub aligned_rows32: Entry,
 }
+
+impl ForwardEntries {
+    fn of(&self, aligned: bool, rows: usize) -> Result<Entry> {
+        match (aligned, rows) {
+            (false, 16) => Ok(self.rows16),
+            (false, 32) => Ok(self.rows32),
+            (true, 16) => Ok(self.aligned_rows16),
+            (true, 32) => Ok(self.aligned_rows32),
+            _ => Err(Error::Shape(format!("{rows} rows per block: the fused forward's entry points take {BLOCK_ROWS:?}"))),
+        }
+    }
+}
+
+/// `qnet_act`'s entry points.
+const QNET_ACT: ForwardEntries = ForwardEntries {
+    rows16: entry::qnet_act::QNET_ACT_ROWS16,
+    rows32: entry::qnet_act::QNET_ACT_ROWS32,
+    aligned_rows16: entry::qnet_act::QNET_ACT_ALIGNED_ROWS16,
+    aligned_rows32: entry::qnet_act::QNET_ACT_ALIGNED_ROWS32,
+};
 
 /// The fused acting forward of one network: the entry points whose shared memory fits the
 /// device, and the device's multiprocessor count (which the rows per block follow).
@@ -244,7 +273,7 @@ impl Fused {
             if plan.smem > optin {
                 break;
             }
-            let f = gpu.function("qnet_act", &format!("qnet_act_{}", suffix(aligned, rows)))?;
+            let f = gpu.function(QNET_ACT.of(aligned, rows)?)?;
             set_smem(&f, plan.smem)?;
             plans.push((f, plan));
         }
@@ -374,12 +403,12 @@ impl Fused {
         Ok(Some((f, ForwardLaunch { online, head, plan, cfg })))
     }
 
-    /// Load `file`'s entry points `{file}_{feed}rows{R}` for every plan that fits, each with
-    /// its plan's shared memory.
-    pub(super) fn load_kernel(&self, gpu: &Gpu, file: &str) -> Result<ForwardKernel> {
+    /// Load `kernel`'s entry point for every plan that fits, each with its plan's shared
+    /// memory.
+    pub(super) fn load_kernel(&self, gpu: &Gpu, kernel: &ForwardEntries) -> Result<ForwardKernel> {
         let mut entries = Vec::with_capacity(self.plans.len());
         for (_, plan) in &self.plans {
-            let f = gpu.function(file, &format!("{file}_{}", suffix(self.aligned, plan.rows)))?;
+            let f = gpu.function(kernel.of(self.aligned, plan.rows)?)?;
             set_smem(&f, plan.smem)?;
             entries.push((plan.rows, f));
         }

@@ -88,11 +88,11 @@ impl QNet {
         self.fused.launch_of(rows, online, head)
     }
 
-    /// Load a kernel built on the one-launch forward (`file`'s entry points
-    /// `{file}_{feed}rows{R}` for every rows per block this network fits), so that it
-    /// launches with [`QNet::act_launch`]'s network and shape.
-    pub fn load_forward_kernel(&self, gpu: &Gpu, file: &str) -> Result<act::ForwardKernel> {
-        self.fused.load_kernel(gpu, file)
+    /// Load a kernel built on the one-launch forward (its entry point for every rows per
+    /// block this network fits), so that it launches with [`QNet::act_launch`]'s network
+    /// and shape.
+    pub fn load_forward_kernel(&self, gpu: &Gpu, kernel: &act::ForwardEntries) -> Result<act::ForwardKernel> {
+        self.fused.load_kernel(gpu, kernel)
     }
 
     /// The device addresses of the online parameters and dense head matrix (for a graph

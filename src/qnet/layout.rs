@@ -18,6 +18,8 @@ pub(super) struct BranchShape {
 
 // SAFETY: plain old data of u32 arrays, laid out as the kernels' struct (repr(C)).
 unsafe impl cudarc::driver::DeviceRepr for BranchShape {}
+// The size of `struct BranchShape` (cuda/common/qnet.cuh static_asserts the same).
+const _: () = assert!(std::mem::size_of::<BranchShape>() == 148);
 
 impl BranchShape {
     /// Requires at most MAX_BRANCHES branches (checked by QNet::new).

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::graph::{address, Binding, GraphSlot, Phase};
 use crate::replay::DeviceTransitions;
 use crate::optimizer::{Mirror, Optimizer};
-use crate::runtime::{grid_stride, Gpu};
+use crate::runtime::{entry, grid_stride, Gpu};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
@@ -172,15 +172,15 @@ impl QNet {
         // The heads' limits, refused here rather than at the first forward.
         let head = HeadSplits { head: head_split(d)?, head_q: head_q_split(d)? };
         let s = &gpu.stream;
-        let f = |kernel: &str, entry: &str| gpu.function(kernel, entry);
+        let f = |e| gpu.function(e);
         let k = Kernels {
-            first_layer: f("qnet_forward", "qnet_first_layer")?,
-            head: f("qnet_head", "qnet_head")?,
-            head_q: f("qnet_head", "qnet_head_q")?,
-            loss: f("qnet_loss", "qnet_loss")?,
-            relu_backward: f("qnet_backward", "qnet_relu_backward")?,
-            heads_scatter: f("qnet_heads", "qnet_heads_scatter")?,
-            heads_gather: f("qnet_heads", "qnet_heads_gather")?,
+            first_layer: f(entry::qnet_forward::QNET_FIRST_LAYER)?,
+            head: f(entry::qnet_head::QNET_HEAD)?,
+            head_q: f(entry::qnet_head::QNET_HEAD_Q)?,
+            loss: f(entry::qnet_loss::QNET_LOSS)?,
+            relu_backward: f(entry::qnet_backward::QNET_RELU_BACKWARD)?,
+            heads_scatter: f(entry::qnet_heads::QNET_HEADS_SCATTER)?,
+            heads_gather: f(entry::qnet_heads::QNET_HEADS_GATHER)?,
         };
 
         let event = || gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING));
