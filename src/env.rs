@@ -13,6 +13,7 @@ use tallyho_oracle::env::{EnvConfig, EnvMarket, EnvState, Fills, Outcome, Split,
 use tallyho_oracle::features::{self, FeatureConfig, Market};
 use tallyho_oracle::market::{self, SyntheticConfig};
 use tallyho_oracle::philox::key_of_seed;
+use tallyho_oracle::schedule::EpsilonSchedule;
 
 /// The market of a run: the bars at `data` (a folder of LEAN zips or a headed CSV file) or,
 /// with no path, the embedded synthetic default market; then its features and splits.
@@ -62,6 +63,20 @@ struct StatePtrs([u64; 10]);
 unsafe impl cudarc::driver::DeviceRepr for StatePtrs {}
 // The size of `struct EnvState` (cuda/common/env.cuh static_asserts the same).
 const _: () = assert!(std::mem::size_of::<StatePtrs>() == 80);
+
+/// `struct EpsilonSchedule` of cuda/schedule.cu, a kernel argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct EpsilonParams {
+    start: f32,
+    end: f32,
+    steps: u32,
+}
+
+// SAFETY: plain old data of 4-byte fields, laid out as the kernel's struct (repr(C)).
+unsafe impl cudarc::driver::DeviceRepr for EpsilonParams {}
+// The size of `struct EpsilonSchedule` (cuda/schedule.cu static_asserts the same).
+const _: () = assert!(std::mem::size_of::<EpsilonParams>() == 12);
 
 /// `struct ActionBranches` of cuda/action_select.cu.
 #[repr(C)]
@@ -172,6 +187,7 @@ struct Kernels {
     fill_step: CudaFunction,
     barriers: CudaFunction,
     env_step: CudaFunction,
+    schedule_epsilon: CudaFunction,
 }
 
 /// N environments over one market split, with the outputs of their last step.
@@ -186,8 +202,13 @@ pub struct Env {
     market: DeviceMarket,
     st: DeviceState,
     ptrs: StatePtrs,
-    /// Exploration rate, read by `action_select` from device memory.
+    /// Exploration rate, read by `action_select` from device memory; written by
+    /// `schedule_epsilon` each step where a schedule anneals it ([`Env::set_epsilon_schedule`]).
     epsilon: CudaSlice<f32>,
+    /// The schedule's step counter (device memory: it advances under graph replay).
+    epsilon_step: CudaSlice<u32>,
+    /// The schedule; None: epsilon is a constant, and no schedule launch runs.
+    schedule: Option<EpsilonParams>,
     /// `[N x S]`, the states of the last `state_gather`.
     pub states: CudaSlice<f32>,
     /// `[N x (S + 1)]`: the same with a ones column, the Q-forward's input.
@@ -199,6 +220,13 @@ pub struct Env {
     pub reward: CudaSlice<f32>,
     pub done: CudaSlice<f32>,
     pub reason: CudaSlice<i32>,
+}
+
+fn check_epsilon(name: &str, v: f32) -> Result<()> {
+    if !(0.0..=1.0).contains(&v) {
+        return Err(Error::Shape(format!("{name} {v} is outside [0, 1]: use a probability")));
+    }
+    Ok(())
 }
 
 fn check_market(m: &EnvMarket) -> Result<()> {
@@ -232,6 +260,7 @@ impl Env {
             fill_step: gpu.function(entry::fill_step::FILL_STEP)?,
             barriers: gpu.function(entry::barriers::BARRIERS)?,
             env_step: gpu.function(entry::env_step::ENV_STEP)?,
+            schedule_epsilon: gpu.function(entry::schedule::SCHEDULE_EPSILON)?,
         };
         let [key0, key1] = key_of_seed(cfg.seed);
         let params = EnvParams {
@@ -293,6 +322,8 @@ impl Env {
             st,
             ptrs,
             epsilon: s.clone_htod(&[1.0f32])?,
+            epsilon_step: s.alloc_zeros(1)?,
+            schedule: None,
             states: s.alloc_zeros(e * sd)?,
             x: s.alloc_zeros(e * (sd + 1))?,
             actions: s.alloc_zeros(e * 3)?,
@@ -320,12 +351,46 @@ impl Env {
         self.feature_dim + PORTFOLIO_FEATURES
     }
 
-    /// Set the exploration rate (a host write between steps: not inside a capture).
+    /// Set a constant exploration rate (a host write between steps: not inside a capture),
+    /// replacing any schedule.
     pub fn set_epsilon(&mut self, epsilon: f32) -> Result<()> {
-        if !(0.0..=1.0).contains(&epsilon) {
-            return Err(Error::Shape(format!("epsilon {epsilon} is outside [0, 1]: use a probability")));
-        }
+        check_epsilon("epsilon", epsilon)?;
+        self.schedule = None;
         Ok(self.stream.memcpy_htod(&[epsilon], &mut self.epsilon)?)
+    }
+
+    /// Anneal the exploration rate on the device by `s` (tallyho_oracle::schedule), from its
+    /// step 0: each [`Env::advance_epsilon`] sets the coming step's rate and advances the
+    /// counter. A host write (not inside a capture).
+    pub fn set_epsilon_schedule(&mut self, s: &EpsilonSchedule) -> Result<()> {
+        check_epsilon("epsilon start", s.start)?;
+        check_epsilon("epsilon end", s.end)?;
+        self.schedule = Some(EpsilonParams { start: s.start, end: s.end, steps: s.steps });
+        self.stream.memcpy_htod(&[0u32], &mut self.epsilon_step)?;
+        Ok(self.stream.memcpy_htod(&[s.start], &mut self.epsilon)?)
+    }
+
+    /// Whether a schedule anneals epsilon (then [`Env::advance_epsilon`] launches).
+    pub fn epsilon_scheduled(&self) -> bool {
+        self.schedule.is_some()
+    }
+
+    /// `schedule_epsilon`: the coming step's rate from the schedule's device counter, and the
+    /// counter's advance (one thread); nothing where epsilon is constant.
+    pub fn advance_epsilon(&mut self) -> Result<()> {
+        let Some(params) = self.schedule else { return Ok(()) };
+        let mut l = self.stream.launch_builder(&self.k.schedule_epsilon);
+        l.arg(&params).arg(&mut self.epsilon_step).arg(&mut self.epsilon);
+        let one = cudarc::driver::LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: schedule_epsilon(EpsilonSchedule by value, u32* step [1], float* epsilon
+        // [1]): both buffers hold one value (new); one thread, as the kernel takes.
+        unsafe { l.launch(one) }?;
+        Ok(())
+    }
+
+    /// The exploration rate in device memory (synchronizes; tests).
+    pub fn read_epsilon(&self) -> Result<f32> {
+        Ok(self.stream.clone_dtoh(&self.epsilon)?[0])
     }
 
     /// Overwrite the portfolios (tests, fixtures); bars must lie inside the split.

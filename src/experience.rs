@@ -70,13 +70,15 @@ impl Experience {
         self.path == ExperiencePath::Fused && net.act_block_rows(env.config().envs).is_some()
     }
 
-    /// One experience timestep, eagerly: the one launch where [`Experience::in_one_launch`],
-    /// else the chain of three, with the same outputs bit for bit. No allocation, no host copy.
+    /// One experience timestep, eagerly: epsilon's schedule where one anneals it
+    /// (`schedule_epsilon`), then the one launch where [`Experience::in_one_launch`], else the
+    /// chain of three, with the same outputs bit for bit. No allocation, no host copy.
     pub fn step(&self, env: &mut Env, net: &QNet, acting: &mut Acting) -> Result<()> {
         let envs = env.config().envs;
         if acting.rows() != envs {
             return Err(Error::Shape(format!("acting buffers of {} rows for {envs} envs", acting.rows())));
         }
+        env.advance_epsilon()?;
         if self.path == ExperiencePath::Fused {
             if let Some((_, launch)) = net.act_launch(envs)? {
                 let stream = env.stream().clone();
@@ -112,7 +114,7 @@ impl Experience {
         let stream: Arc<_> = env.stream().clone();
         let e = env.act_env();
         let (params, heads) = net.act_addresses();
-        let binding = Binding::of(&[e.states_address(), params, heads, address(&stream, &acting.q), self.in_one_launch(env, net) as u64]);
+        let binding = Binding::of(&[e.states_address(), params, heads, address(&stream, &acting.q), self.in_one_launch(env, net) as u64, env.epsilon_scheduled() as u64]);
         GraphSlot::run_on(self, |x| &mut x.graph, &stream, binding, |x| x.step(env, net, acting))
     }
 

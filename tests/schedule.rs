@@ -1,0 +1,58 @@
+//! Schedules advanced on the device (cuda/schedule.cu) against the oracle
+//! (tallyho_oracle::schedule), eagerly and under the experience step's graph replay.
+
+mod common;
+
+mod gpu {
+    use super::common::*;
+    use tallyho::env::{load_market, Env};
+    use tallyho::experience::Experience;
+    use tallyho::qnet::QNet;
+    use tallyho_oracle::action::ACTION_BRANCHES;
+    use tallyho_oracle::env::{EnvConfig, EnvMarket, Split, PORTFOLIO_FEATURES};
+    use tallyho_oracle::qnet::QNetConfig;
+    use tallyho_oracle::schedule::{schedule_epsilon, EpsilonSchedule};
+    use tallyho_oracle::compare_bitwise;
+
+    #[test]
+    fn schedule_epsilon_matches_the_oracle_bit_for_bit_past_its_end() {
+        let gpu = gpu();
+        let m = load_market(None).unwrap();
+        let mut env = Env::new(&gpu, &EnvConfig { envs: 3, ..EnvConfig::default() }, &ACTION_BRANCHES, &EnvMarket::of(&m), Split::train(&m)).unwrap();
+        // 7 steps from 0.9 to 0.05: the fractions t / 7 are inexact in float.
+        let s = EpsilonSchedule { start: 0.9, end: 0.05, steps: 7 };
+        env.set_epsilon_schedule(&s).unwrap();
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        for t in 0..12 {
+            env.advance_epsilon().unwrap();
+            got.push(env.read_epsilon().unwrap());
+            want.push(schedule_epsilon(&s, t));
+        }
+        assert_all(&[compare_bitwise("epsilon", &got, &want)]);
+        assert!(want.windows(2).any(|w| w[0] != w[1]) && want[11] == 0.05, "{want:?}");
+    }
+
+    #[test]
+    fn epsilon_anneals_under_the_experience_steps_graph_replay() {
+        let gpu = gpu();
+        let m = load_market(None).unwrap();
+        let em = EnvMarket::of(&m);
+        let mut env = Env::new(&gpu, &EnvConfig { envs: 50, ..EnvConfig::default() }, &ACTION_BRANCHES, &em, Split::train(&m)).unwrap();
+        let qcfg = QNetConfig { state_dim: em.feature_dim + PORTFOLIO_FEATURES, ..QNetConfig::default() };
+        let net = QNet::new(&gpu, &qcfg, 1).unwrap();
+        let mut acting = net.acting(50).unwrap();
+        let mut exp = Experience::new(&gpu, &env, &net).unwrap();
+        let s = EpsilonSchedule { start: 1.0, end: 0.1, steps: 6 };
+        env.set_epsilon_schedule(&s).unwrap();
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        // Steps 0 and 1 run eagerly and captured; 2.. replay the graph, whose launches took
+        // no epsilon argument: the rate comes from the device counter.
+        for t in 0..9 {
+            exp.step_graphed(&mut env, &net, &mut acting).unwrap();
+            got.push(env.read_epsilon().unwrap());
+            want.push(schedule_epsilon(&s, t));
+        }
+        assert_eq!(exp.graph_phase(), tallyho::graph::Phase::Replay);
+        assert_all(&[compare_bitwise("epsilon", &got, &want)]);
+    }
+}
