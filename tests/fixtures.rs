@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use tallyho::fixtures::{self, Replayer};
+use tallyho::harness::fixtures::{self, Replayer};
 
 fn temp_copy_of_fixtures(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tallyho-fixtures-{tag}-{}", std::process::id()));

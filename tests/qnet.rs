@@ -9,7 +9,7 @@ mod common;
 mod gpu {
     use super::common::{assert_all, gpu, runner};
     use proptest::prelude::*;
-    use tallyho::parity::{self, ActingPath, QNetCase, QNetSetup, QNET_BATCHES};
+    use tallyho::harness::parity::{self, ActingPath, QNetCase, QNetSetup, QNET_BATCHES};
     use tallyho::Gpu;
     use tallyho_oracle::qnet::QNetConfig;
     use tallyho_oracle::{compare_bitwise, compare_exact, Comparison};

@@ -3,8 +3,8 @@
 //! on the recorded fixtures against their recorded outputs; one row per kernel output.
 
 use crate::error::Result;
-use crate::fixtures::{self, Replayer};
-use crate::parity::{self, PerCase};
+use crate::harness::fixtures::{self, Replayer};
+use crate::harness::parity::{self, PerCase};
 use crate::runtime::Gpu;
 use crate::reward::RewardPath;
 use rand::{Rng, SeedableRng};
