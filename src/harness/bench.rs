@@ -122,8 +122,8 @@ pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let batches = if opts.quick { &QNET_BATCHES[..1] } else { &QNET_BATCHES[..] };
     let mut rows = Vec::new();
     for &batch in batches {
-        let case = crate::harness::parity::QNetCase { atoms: 51, state_dim: 32, batch, seed: SEED };
-        let mut st = crate::harness::parity::QNetSetup::new(gpu, &case)?;
+        let case = crate::harness::parity::qnet::QNetCase { atoms: 51, state_dim: 32, batch, seed: SEED };
+        let mut st = crate::harness::parity::qnet::QNetSetup::new(gpu, &case)?;
         let flops = st.net.update_gemm_flops();
         let mut these = Vec::new();
         these.extend(timing.both_modes(gpu, &mut st, "update", 0, batch, |st| {
