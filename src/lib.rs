@@ -1,21 +1,18 @@
 //! tallyho: a GPU-resident DQN trainer for market-data backtests, whose every CUDA kernel
 //! has a CPU reference in `tallyho-oracle` and is checked against it.
 
-pub mod bench;
 pub mod env;
 pub mod blas;
 pub mod error;
 pub mod experience;
-pub mod fixtures;
 pub mod graph;
+pub mod harness;
 pub mod optimizer;
-pub mod parity;
 pub mod philox;
 pub mod qnet;
 pub mod replay;
 pub mod reward;
 pub mod runtime;
-pub mod verify;
 
 pub use error::{Error, Result};
 pub use runtime::Gpu;

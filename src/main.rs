@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use tallyho::fixtures::{self, Replayer};
+use tallyho::harness::fixtures::{self, Replayer};
 use tallyho::Gpu;
 
 #[derive(Parser)]
@@ -156,14 +156,14 @@ fn run(cli: Cli) -> Result<()> {
             }
             let gpu = Gpu::new().context("tallyho verify runs the kernels on a GPU")?;
             eprintln!("verify on {} (driver {}, {}), {cases} cases per kernel, seed {seed}", gpu.name(), gpu.driver_version(), gpu.arch());
-            let report = tallyho::verify::run(&gpu, cases, seed, &dir, |what| eprintln!("  checking {what}"))?;
+            let report = tallyho::harness::verify::run(&gpu, cases, seed, &dir, |what| eprintln!("  checking {what}"))?;
             if let Some(p) = json {
                 write(&p, &serde_json::to_string_pretty(&report)?)?;
             }
             if let Some(p) = markdown {
-                write(&p, &tallyho::verify::markdown(&report))?;
+                write(&p, &tallyho::harness::verify::markdown(&report))?;
             }
-            print!("{}", tallyho::verify::text_table(&report));
+            print!("{}", tallyho::harness::verify::text_table(&report));
             let failed = report.rows.iter().filter(|r| !r.passed).count();
             if failed > 0 {
                 bail!("{failed} of {} kernel outputs failed parity", report.rows.len());
@@ -171,7 +171,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("all {} kernel outputs within tolerance", report.rows.len());
         }
         Command::Bench { what } => {
-            use tallyho::bench::{self, BenchOptions, BenchRow};
+            use tallyho::harness::bench::{self, BenchOptions, BenchRow};
             type Bench = fn(&Gpu, &BenchOptions) -> tallyho::Result<Vec<BenchRow>>;
             let (name, args, run): (&str, BenchArgs, Bench) = match what {
                 BenchWhat::Per(a) => ("per", a, bench::bench_per),

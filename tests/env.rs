@@ -6,7 +6,7 @@ mod common;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use tallyho::parity::env::{random_actions, random_env_state, random_market, EnvCase};
+use tallyho::harness::parity::env::{random_actions, random_env_state, random_market, EnvCase};
 use tallyho_oracle::env as spec;
 
 /// The random cases reach every branch of the kernels they check: each order type fills,
@@ -37,7 +37,7 @@ fn random_env_cases_reach_every_fill_and_barrier_branch() {
 mod gpu {
     use super::common::*;
     use proptest::prelude::*;
-    use tallyho::parity::env::{check_action_select, check_barriers, check_env_step, check_fill_step, check_state_gather, EnvCase, EnvSetup};
+    use tallyho::harness::parity::env::{check_action_select, check_barriers, check_env_step, check_fill_step, check_state_gather, EnvCase, EnvSetup};
     use tallyho::Result;
     use tallyho_oracle::Comparison;
 

@@ -8,7 +8,7 @@ mod gpu {
     use super::common::*;
     use std::path::Path;
     use tallyho::env::load_market;
-    use tallyho::parity::env::{check_experience, check_experience_fused, check_experience_graph};
+    use tallyho::harness::parity::env::{check_experience, check_experience_fused, check_experience_graph};
     use tallyho_oracle::env::{EnvConfig, EnvMarket, Split, STOP_LOSS, TAKE_PROFIT, TIME_LIMIT};
 
     fn es_market() -> tallyho_oracle::features::Market {

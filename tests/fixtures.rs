@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use tallyho::fixtures::{self, Replayer};
+use tallyho::harness::fixtures::{self, Replayer};
 
 fn temp_copy_of_fixtures(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tallyho-fixtures-{tag}-{}", std::process::id()));
@@ -25,14 +25,14 @@ fn recorded_fixtures_replay_through_the_oracle() {
     let pairs = fixtures::check(&fixtures::default_dir(), Replayer::Oracle).unwrap_or_else(|e| panic!("{e}"));
     let comparisons: Vec<_> = pairs.iter().map(|(_, c)| c.clone()).collect();
     common::assert_all(&comparisons);
-    for k in fixtures::KERNELS {
+    for k in fixtures::kernels() {
         assert!(pairs.iter().any(|(kk, _)| kk == k), "no fixture replayed for {k}");
     }
 }
 
 #[test]
 fn fixture_summary_matches_its_snapshot() {
-    let summary = fixtures::summary(&fixtures::default_dir()).unwrap_or_else(|e| panic!("{e}"));
+    let summary = fixtures::manifest::summary(&fixtures::default_dir()).unwrap_or_else(|e| panic!("{e}"));
     insta::with_settings!({ snapshot_path => fixtures::default_dir().join("snapshots") }, {
         insta::assert_snapshot!("fixture_summary", summary);
     });

@@ -6,7 +6,7 @@ mod common;
 mod gpu {
     use super::common::*;
     use rand::SeedableRng;
-    use tallyho::parity::uniform;
+    use tallyho::harness::parity::uniform;
     use rand_chacha::ChaCha8Rng;
     use tallyho::blas::{Blas, Epilogue, Layout};
     use tallyho_oracle::gemm::{gemm, gemm_f32_reversed};

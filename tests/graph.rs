@@ -10,7 +10,7 @@ mod gpu {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
     use tallyho::graph::Phase;
-    use tallyho::parity::{random_state, PerCase};
+    use tallyho::harness::parity::replay::{compare_states, random_state, PerCase};
     use tallyho::replay::PerBuffer;
     use tallyho_oracle::per::{self, PerState};
     use tallyho_oracle::tolerance::{PER_IS_WEIGHT, PER_PRIORITY};
@@ -85,7 +85,7 @@ mod gpu {
             let (gi, gw) = graphed.read_sample().unwrap();
             let (e, g) = (eager.download_state().unwrap(), graphed.download_state().unwrap());
             let mut c = vec![compare_exact("indices", &gi, &ei), compare_bitwise("weights", &gw, &ew)];
-            c.extend(tallyho::parity::compare_states(&g, &e));
+            c.extend(compare_states(&g, &e));
             assert_all(&c);
             assert!(step < 2 || graphed.graph_phase() == Phase::Replay);
         }
@@ -107,7 +107,7 @@ mod gpu {
         let (a, (ai, aw)) = run();
         let (b, (bi, bw)) = run();
         let mut c = vec![compare_exact("indices", &ai, &bi), compare_bitwise("weights", &aw, &bw)];
-        c.extend(tallyho::parity::compare_states(&a, &b));
+        c.extend(compare_states(&a, &b));
         assert_all(&c);
     }
 

@@ -4,7 +4,7 @@ mod common;
 
 mod gpu {
     use super::common::*;
-    use tallyho::parity::check_per_gather;
+    use tallyho::harness::parity::replay::check_per_gather;
 
     #[test]
     fn per_gather_matches_oracle_on_random_indices() {

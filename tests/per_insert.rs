@@ -6,7 +6,7 @@ mod gpu {
     use super::common::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
-    use tallyho::parity::{check_per_insert, check_per_insert_on, random_state, random_transitions, PerCase};
+    use tallyho::harness::parity::replay::{check_per_insert, check_per_insert_on, random_state, random_transitions, PerCase};
 
     #[test]
     fn per_insert_matches_oracle_on_random_states() {

@@ -5,7 +5,7 @@ mod common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tallyho::parity::{chi_square, chi_square_critical, random_state, set_leaves, PerCase};
+use tallyho::harness::parity::replay::{chi_square, chi_square_critical, random_state, set_leaves, PerCase};
 use tallyho_oracle::per::{per_sample, PerState};
 
 /// 64 slots with priorities over two decades, B = 16.
@@ -48,7 +48,7 @@ fn oracle_sampling_frequencies_match_priorities() {
 mod gpu {
     use super::common::*;
     use super::*;
-    use tallyho::parity::{check_per_sample, check_per_sample_on};
+    use tallyho::harness::parity::replay::{check_per_sample, check_per_sample_on};
     use tallyho::replay::PerBuffer;
 
     #[test]

@@ -7,7 +7,7 @@ mod gpu {
     use super::common::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
-    use tallyho::parity::{check_per_update_priorities, check_per_update_priorities_on, random_state, PerCase};
+    use tallyho::harness::parity::replay::{check_per_update_priorities, check_per_update_priorities_on, random_state, PerCase};
     use tallyho::replay::PerBuffer;
     use tallyho_oracle::per::per_priority;
 

@@ -26,7 +26,7 @@ mod gpu {
     fn philox_matches_oracle_on_random_counters_and_keys() {
         let gpu = gpu();
         for (n, seed) in [(1, 1), (3, 2), (50, 3), (783, 4), (4096, 5), (100_003, 6)] {
-            assert_all(&tallyho::parity::check_philox(&gpu, n, seed).unwrap());
+            assert_all(&tallyho::harness::parity::philox::check_philox(&gpu, n, seed).unwrap());
         }
     }
 }

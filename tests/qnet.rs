@@ -1,5 +1,5 @@
 //! The Q-network on the GPU against the f64 oracle: every stage at the batch sizes
-//! `parity::QNET_BATCHES` with C51 (51 atoms) and scalar (1 atom) heads, random cases, a
+//! `parity::qnet::QNET_BATCHES` with C51 (51 atoms) and scalar (1 atom) heads, random cases, a
 //! 50-update trajectory, the whole update as a replayed graph, and run-to-run equality.
 //! The tolerances and their reasons are in tallyho_oracle::tolerance (`gemm_chain`,
 //! `QNET_LOSS`, `QNET_TRAJECTORY`).
@@ -9,7 +9,8 @@ mod common;
 mod gpu {
     use super::common::{assert_all, gpu, runner};
     use proptest::prelude::*;
-    use tallyho::parity::{self, ActingPath, QNetCase, QNetSetup, QNET_BATCHES};
+    use tallyho::harness::parity;
+    use tallyho::harness::parity::qnet::{ActingPath, QNetCase, QNetSetup, QNET_BATCHES};
     use tallyho::Gpu;
     use tallyho_oracle::qnet::QNetConfig;
     use tallyho_oracle::{compare_bitwise, compare_exact, Comparison};
@@ -32,7 +33,7 @@ mod gpu {
 
     #[test]
     fn qnet_forward_matches_the_oracle_at_every_batch_size_and_atom_setting() {
-        sweep(parity::check_qnet_forward);
+        sweep(parity::qnet::check_qnet_forward);
     }
 
     /// The acting forward (the online network on N states) as QNet::act runs it: layer by
@@ -41,7 +42,7 @@ mod gpu {
     /// settings.
     #[test]
     fn acting_forward_matches_the_oracle_at_every_size_and_atom_setting() {
-        sweep(parity::check_acting);
+        sweep(parity::qnet::check_acting);
         let gpu = gpu();
         for atoms in ATOMS {
             let case = QNetCase { atoms, state_dim: 15, batch: 4096, seed: 0x4096 };
@@ -51,7 +52,7 @@ mod gpu {
             st.net.set_act_fused(false);
             assert_eq!(st.net.act_block_rows(4096), None, "qnet_act off: layer by layer");
             st.net.set_act_fused(true);
-            assert_all(&parity::check_acting_with(&gpu, &case, ActingPath::Fused(None)).unwrap());
+            assert_all(&parity::qnet::check_acting_with(&gpu, &case, ActingPath::Fused(None)).unwrap());
         }
     }
 
@@ -62,7 +63,7 @@ mod gpu {
         let gpu = gpu();
         for (atoms, batch) in [(51, 256), (51, 4096), (1, 4096)] {
             let case = QNetCase { atoms, state_dim: 15, batch, seed: 0x7f32 };
-            assert_all(&parity::check_acting_with(&gpu, &case, ActingPath::Tf32).unwrap());
+            assert_all(&parity::qnet::check_acting_with(&gpu, &case, ActingPath::Tf32).unwrap());
         }
     }
 
@@ -73,7 +74,7 @@ mod gpu {
         let gpu = gpu();
         for (atoms, batch) in [(51, 256), (51, 4096), (1, 4096)] {
             let case = QNetCase { atoms, state_dim: 15, batch, seed: 0x1a7e };
-            assert_all(&parity::check_acting_with(&gpu, &case, ActingPath::Layers).unwrap());
+            assert_all(&parity::qnet::check_acting_with(&gpu, &case, ActingPath::Layers).unwrap());
         }
     }
 
@@ -126,7 +127,7 @@ mod gpu {
             let fits = setup.net.act_block_rows_available();
             prop_assert!(!fits.is_empty(), "{cfg:?} fits no qnet_act block");
             for block_rows in fits {
-                let comparisons = parity::check_acting_net(&gpu, cfg.clone(), rows, ActingPath::Fused(Some(block_rows)))
+                let comparisons = parity::qnet::check_acting_net(&gpu, cfg.clone(), rows, ActingPath::Fused(Some(block_rows)))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 for c in comparisons {
                     c.check().map_err(|e| TestCaseError::fail(format!("{block_rows} rows a block, {rows} rows: {e}")))?;
@@ -139,12 +140,12 @@ mod gpu {
 
     #[test]
     fn qnet_loss_matches_the_oracle_at_every_batch_size_and_atom_setting() {
-        sweep(parity::check_qnet_loss);
+        sweep(parity::qnet::check_qnet_loss);
     }
 
     #[test]
     fn qnet_backward_matches_the_oracle_at_every_batch_size_and_atom_setting() {
-        sweep(parity::check_qnet_backward);
+        sweep(parity::qnet::check_qnet_backward);
     }
 
     /// Random state widths (odd GEMM shapes), seeds, batch sizes and atom settings.
@@ -158,7 +159,7 @@ mod gpu {
         config.cases = config.cases.min(12);
         r = proptest::test_runner::TestRunner::new(config);
         r.run(&cases, |case| {
-            for check in [parity::check_qnet_forward, parity::check_qnet_loss, parity::check_qnet_backward] {
+            for check in [parity::qnet::check_qnet_forward, parity::qnet::check_qnet_loss, parity::qnet::check_qnet_backward] {
                 for c in check(&gpu, &case).map_err(|e| TestCaseError::fail(e.to_string()))? {
                     c.check().map_err(TestCaseError::fail)?;
                 }
@@ -173,7 +174,7 @@ mod gpu {
         let gpu = gpu();
         for atoms in ATOMS {
             let case = QNetCase { atoms, state_dim: 32, batch: 64, seed: 50 };
-            let comparisons = parity::check_qnet_update(&gpu, &case, 50).unwrap();
+            let comparisons = parity::qnet::check_qnet_update(&gpu, &case, 50).unwrap();
             for c in &comparisons {
                 eprintln!("NA {atoms}: {}: max rel {:.2e}, rel norm {:.2e} ({})", c.output, c.max_rel, c.rel_norm, c.tolerance.describe());
             }

@@ -10,7 +10,8 @@ mod gpu {
     use rand_chacha::ChaCha8Rng;
     use tallyho::graph::{address, Binding, GraphSlot};
     use tallyho::optimizer::Optimizer;
-    use tallyho::parity::{check_qnet_adam, check_qnet_grad_norm, check_qnet_target_sync, uniform};
+    use tallyho::harness::parity::optimizer::{check_qnet_adam, check_qnet_grad_norm, check_qnet_target_sync};
+    use tallyho::harness::parity::uniform;
     use tallyho_oracle::qnet::QNetConfig;
     use tallyho_oracle::{compare_bitwise, compare_exact};
 

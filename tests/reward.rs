@@ -1,5 +1,5 @@
 //! The reward pipeline against its oracle (spec: tallyho_oracle::reward; checks in
-//! tallyho::parity::reward): each chain stage alone, whole steps by the chain and by the
+//! tallyho::harness::parity::reward): each chain stage alone, whole steps by the chain and by the
 //! fused kernel at N in {1, 3, 31, 256, 1000, 4096, 8192} with no dones, all dones and
 //! mixed, the fused kernel against the chain bitwise, both paths' graph replay against
 //! their eager runs, and the EMAs over 500 free-running steps within their drift bound.
@@ -8,7 +8,7 @@ mod common;
 
 mod gpu {
     use super::common::*;
-    use tallyho::parity::reward::{check_config, check_drift, check_fused_vs_chain, check_graph, check_stage, check_steps, Mix, SIZES};
+    use tallyho::harness::parity::reward::{check_config, check_drift, check_fused_vs_chain, check_graph, check_stage, check_steps, Mix, SIZES};
     use tallyho::reward::RewardPath;
     use tallyho_oracle::reward::{RewardConfig, Stage};
 

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tallyho::parity::PerCase;
+use tallyho::harness::parity::replay::PerCase;
 use tallyho::Gpu;
 use tallyho_oracle::Comparison;
 

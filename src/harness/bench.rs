@@ -122,8 +122,8 @@ pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let batches = if opts.quick { &QNET_BATCHES[..1] } else { &QNET_BATCHES[..] };
     let mut rows = Vec::new();
     for &batch in batches {
-        let case = crate::parity::QNetCase { atoms: 51, state_dim: 32, batch, seed: SEED };
-        let mut st = crate::parity::QNetSetup::new(gpu, &case)?;
+        let case = crate::harness::parity::qnet::QNetCase { atoms: 51, state_dim: 32, batch, seed: SEED };
+        let mut st = crate::harness::parity::qnet::QNetSetup::new(gpu, &case)?;
         let mut these = Vec::new();
         these.extend(timing.both_modes(gpu, &mut st, "update", 0, batch, |st| {
             st.net.update(&st.device_batch, &st.device_weights)
@@ -173,7 +173,7 @@ fn with_transitions_per_s(mut rows: [BenchRow; 2], n: usize) -> [BenchRow; 2] {
 pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::env::{load_market, Env};
     use crate::experience::{Experience, ExperiencePath};
-    use crate::parity::env::{acting_config, BRANCHES};
+    use crate::harness::parity::env::{acting_config, BRANCHES};
     use tallyho_oracle::env::{EnvConfig, EnvMarket, Split};
     let timing = Timing::of(opts)?;
     let counts = if opts.quick { &ENV_COUNTS[..1] } else { &ENV_COUNTS[..] };

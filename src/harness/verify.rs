@@ -3,8 +3,8 @@
 //! on the recorded fixtures against their recorded outputs; one row per kernel output.
 
 use crate::error::Result;
-use crate::fixtures::{self, Replayer};
-use crate::parity::{self, PerCase};
+use crate::harness::fixtures::{self, Replayer};
+use crate::harness::parity::{self, replay::PerCase};
 use crate::runtime::Gpu;
 use crate::reward::RewardPath;
 use rand::{Rng, SeedableRng};
@@ -96,44 +96,44 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     progress("philox");
     for (i, n) in [1, 3, 50, 783, 4096, 100_003].into_iter().enumerate() {
-        m.add("philox", parity::check_philox(gpu, n, seed.wrapping_add(i as u64))?);
+        m.add("philox", parity::philox::check_philox(gpu, n, seed.wrapping_add(i as u64))?);
     }
     for i in 0..cases {
         progress(&format!("replay case {}/{cases}", i + 1));
         let case = PerCase::random(&mut rng);
-        m.add("per_insert", parity::check_per_insert(gpu, &case, case.batch * 3 / 2 + 1)?);
-        m.add("per_sample", parity::check_per_sample(gpu, &case)?);
-        m.add("per_gather", parity::check_per_gather(gpu, &case)?);
-        m.add("per_update_priorities", parity::check_per_update_priorities(gpu, &case)?);
+        m.add("per_insert", parity::replay::check_per_insert(gpu, &case, case.batch * 3 / 2 + 1)?);
+        m.add("per_sample", parity::replay::check_per_sample(gpu, &case)?);
+        m.add("per_gather", parity::replay::check_per_gather(gpu, &case)?);
+        m.add("per_update_priorities", parity::replay::check_per_update_priorities(gpu, &case)?);
     }
     progress("optimizer");
     for (i, (n, scale)) in [(1, 3.0), (783, 20.0), (4096, 0.01), (1_000_003, 0.05)].into_iter().enumerate() {
-        m.add("qnet_grad_norm", parity::check_qnet_grad_norm(gpu, n, scale, seed.wrapping_add(100 + i as u64))?);
+        m.add("qnet_grad_norm", parity::optimizer::check_qnet_grad_norm(gpu, n, scale, seed.wrapping_add(100 + i as u64))?);
     }
     for (i, (n, step, g)) in [(3, 7, 50.0), (783, 0, 0.3), (100_003, 1234, 5.0)].into_iter().enumerate() {
-        m.add("qnet_adam", parity::check_qnet_adam(gpu, n, step, g, seed.wrapping_add(200 + i as u64))?);
+        m.add("qnet_adam", parity::optimizer::check_qnet_adam(gpu, n, step, g, seed.wrapping_add(200 + i as u64))?);
     }
-    m.add("qnet_target_sync", parity::check_qnet_target_sync(gpu, 4099, seed.wrapping_add(300))?);
+    m.add("qnet_target_sync", parity::optimizer::check_qnet_target_sync(gpu, 4099, seed.wrapping_add(300))?);
     for atoms in [51, 1] {
-        for (i, &batch) in parity::QNET_BATCHES.iter().enumerate() {
+        for (i, &batch) in parity::qnet::QNET_BATCHES.iter().enumerate() {
             progress(&format!("Q-network, {atoms} atoms, batch {batch}"));
-            let case = parity::QNetCase { atoms, state_dim: 32, batch, seed: seed.wrapping_add(400 + i as u64) };
+            let case = parity::qnet::QNetCase { atoms, state_dim: 32, batch, seed: seed.wrapping_add(400 + i as u64) };
             let (trunk, head): (Vec<_>, Vec<_>) =
-                parity::check_qnet_forward(gpu, &case)?.into_iter().partition(|c| c.output.contains(" h"));
+                parity::qnet::check_qnet_forward(gpu, &case)?.into_iter().partition(|c| c.output.contains(" h"));
             m.add(&format!("qnet_forward (NA {atoms})"), trunk);
             m.add(&format!("qnet_head (NA {atoms})"), head);
-            m.add(&format!("acting (NA {atoms})"), parity::check_acting(gpu, &case)?);
-            m.add(&format!("qnet_loss (NA {atoms})"), parity::check_qnet_loss(gpu, &case)?);
-            m.add(&format!("qnet_backward (NA {atoms})"), parity::check_qnet_backward(gpu, &case)?);
+            m.add(&format!("acting (NA {atoms})"), parity::qnet::check_acting(gpu, &case)?);
+            m.add(&format!("qnet_loss (NA {atoms})"), parity::qnet::check_qnet_loss(gpu, &case)?);
+            m.add(&format!("qnet_backward (NA {atoms})"), parity::qnet::check_qnet_backward(gpu, &case)?);
         }
         progress(&format!("Q-network, {atoms} atoms: acting on 4096 states"));
-        let case = parity::QNetCase { atoms, state_dim: 15, batch: 4096, seed: seed.wrapping_add(450) };
-        m.add(&format!("qnet_act, acting (NA {atoms})"), parity::check_acting_with(gpu, &case, parity::ActingPath::Fused(None))?);
-        m.add(&format!("acting layer by layer (NA {atoms})"), parity::check_acting_with(gpu, &case, parity::ActingPath::Layers)?);
-        m.add(&format!("acting, tf32 option (NA {atoms})"), parity::check_acting_with(gpu, &case, parity::ActingPath::Tf32)?);
+        let case = parity::qnet::QNetCase { atoms, state_dim: 15, batch: 4096, seed: seed.wrapping_add(450) };
+        m.add(&format!("qnet_act, acting (NA {atoms})"), parity::qnet::check_acting_with(gpu, &case, parity::qnet::ActingPath::Fused(None))?);
+        m.add(&format!("acting layer by layer (NA {atoms})"), parity::qnet::check_acting_with(gpu, &case, parity::qnet::ActingPath::Layers)?);
+        m.add(&format!("acting, tf32 option (NA {atoms})"), parity::qnet::check_acting_with(gpu, &case, parity::qnet::ActingPath::Tf32)?);
         progress(&format!("Q-network, {atoms} atoms: 10 updates against the oracle"));
-        let case = parity::QNetCase { atoms, state_dim: 32, batch: 64, seed: seed.wrapping_add(500) };
-        m.add(&format!("qnet update x10 (NA {atoms})"), parity::check_qnet_update(gpu, &case, 10)?);
+        let case = parity::qnet::QNetCase { atoms, state_dim: 32, batch: 64, seed: seed.wrapping_add(500) };
+        m.add(&format!("qnet update x10 (NA {atoms})"), parity::qnet::check_qnet_update(gpu, &case, 10)?);
     }
     for i in 0..cases {
         progress(&format!("environment case {}/{cases}", i + 1));

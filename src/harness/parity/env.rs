@@ -258,7 +258,7 @@ pub fn acting_config(market: &EnvMarket, seed: u64) -> tallyho_oracle::qnet::QNe
 /// Q-forward, action select, fill, barriers on the GPU) against the oracle stepped alongside
 /// from the same start. The oracle takes the GPU's Q-values as its action-select input (an
 /// argmax of near-tied float values is not stable under the GEMMs' summation order, so the
-/// forward is compared on its own every `q_every` steps, `parity::acting_comparisons`);
+/// forward is compared on its own every `q_every` steps, `parity::qnet::acting_comparisons`);
 /// everything else, states, actions, fills, rewards, dones and portfolios, bitwise at
 /// every step. Also returns what happened, counted on the oracle's side (so that a test can
 /// assert that the trajectory traded).
@@ -294,7 +294,7 @@ pub fn check_experience(
         activity.greedy_and_random_differ |= want.actions != spec::action_select(cfg.seed, &BRANCHES, 0.0, &q, &before);
         if q_every > 0 && t % q_every == 0 {
             let y = net.read_acting_outputs(&acting)?;
-            merge_step(&mut out, t, super::acting_comparisons(&qcfg, net.acting_products(cfg.envs), &online, &want.states, &y, &q)?);
+            merge_step(&mut out, t, super::qnet::acting_comparisons(&qcfg, net.acting_products(cfg.envs), &online, &want.states, &y, &q)?);
         }
         let mut c = vec![
             compare_bitwise("states", &env.read_states()?, &want.states),

@@ -1,0 +1,8 @@
+//! Verification only: the GPU-vs-oracle parity checks (`parity`), the recorded fixtures
+//! (`fixtures`), `tallyho verify` (`verify`) and `tallyho bench` (`bench`). No stage module
+//! depends on it.
+
+pub mod bench;
+pub mod fixtures;
+pub mod parity;
+pub mod verify;
