@@ -16,6 +16,7 @@ pub mod per;
 pub mod philox;
 pub mod qnet;
 pub mod reward;
+pub mod shared_data;
 pub mod tolerance;
 
 pub use compare::{compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison};
