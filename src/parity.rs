@@ -255,7 +255,9 @@ pub fn uniform(rng: &mut impl Rng, n: usize, scale: f32) -> Vec<f32> {
 /// `qnet_grad_norm` on `n` gradients of magnitude `scale`: norm and clip scale within one
 /// ulp of the oracle's, the step advanced by one.
 pub fn check_qnet_grad_norm(gpu: &Gpu, n: usize, scale: f32, seed: u64) -> Result<Vec<Comparison>> {
-    use tallyho_oracle::qnet::{clip_grads, grad_norm, QNetConfig};
+    use tallyho_oracle::optimizer::grad_norm;
+    use tallyho_oracle::optimizer::clip_grads;
+    use tallyho_oracle::qnet::QNetConfig;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cfg = QNetConfig::default();
     let g = uniform(&mut rng, n, scale);
@@ -274,7 +276,10 @@ pub fn check_qnet_grad_norm(gpu: &Gpu, n: usize, scale: f32, seed: u64) -> Resul
 
 /// One `qnet_grad_norm` + `qnet_adam` step from random parameters, moments and step count.
 pub fn check_qnet_adam(gpu: &Gpu, n: usize, step: u32, grad_scale: f32, seed: u64) -> Result<Vec<Comparison>> {
-    use tallyho_oracle::qnet::{adam_step, clip_grads, AdamState, QNetConfig};
+    use tallyho_oracle::optimizer::clip_grads;
+    use tallyho_oracle::optimizer::AdamState;
+    use tallyho_oracle::optimizer::adam_step;
+    use tallyho_oracle::qnet::QNetConfig;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cfg = QNetConfig { lr: 1e-3, ..QNetConfig::default() };
     let (p, g, m) = (uniform(&mut rng, n, 1.0), uniform(&mut rng, n, grad_scale), uniform(&mut rng, n, 0.1));
@@ -299,7 +304,8 @@ pub fn check_qnet_adam(gpu: &Gpu, n: usize, step: u32, grad_scale: f32, seed: u6
 
 /// `qnet_target_sync`, hard copy and Polyak averages, bitwise against the oracle.
 pub fn check_qnet_target_sync(gpu: &Gpu, n: usize, seed: u64) -> Result<Vec<Comparison>> {
-    use tallyho_oracle::qnet::{target_sync, QNetConfig};
+    use tallyho_oracle::optimizer::target_sync;
+    use tallyho_oracle::qnet::QNetConfig;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (online, target) = (uniform(&mut rng, n, 1.0), uniform(&mut rng, n, 1.0));
     let opt = crate::optimizer::Optimizer::new(gpu, &QNetConfig::default(), n)?;
@@ -666,7 +672,8 @@ pub fn check_qnet_backward(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>
 /// says the first step that failed.
 pub fn check_qnet_update(gpu: &Gpu, case: &QNetCase, steps: u32) -> Result<Vec<Comparison>> {
     use tallyho_oracle::compare_rel_norm;
-    use tallyho_oracle::qnet::{self as spec, AdamState};
+    use tallyho_oracle::optimizer::AdamState;
+    use tallyho_oracle::qnet as spec;
     use tallyho_oracle::tolerance::{gemm_chain, QNET_TRAJECTORY};
     let mut st = QNetSetup::new(gpu, case)?;
     let cfg = st.cfg.clone();

@@ -12,6 +12,7 @@ pub mod env;
 pub mod gemm;
 pub mod kat;
 pub mod market;
+pub mod optimizer;
 pub mod per;
 pub mod philox;
 pub mod qnet;
