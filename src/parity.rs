@@ -55,7 +55,7 @@ pub fn random_transitions(rng: &mut impl Rng, n: usize, state_dim: usize) -> Tra
     let mut t = Transitions::zeros(n, state_dim);
     t.states.iter_mut().chain(t.next_states.iter_mut()).for_each(|x| *x = rng.gen_range(-2.0..2.0));
     for (k, a) in t.actions.iter_mut().enumerate() {
-        *a = rng.gen_range(0..[3, 5, 3][k % ACTION_BRANCHES]);
+        *a = rng.gen_range(0..(tallyho_oracle::action::ACTION_BRANCHES[k % ACTION_BRANCHES] as i32));
     }
     t.rewards.iter_mut().for_each(|x| *x = rng.gen_range(-1.0..1.0));
     t.dones.iter_mut().for_each(|x| *x = if rng.gen_bool(0.1) { 1.0 } else { 0.0 });

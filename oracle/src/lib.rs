@@ -5,6 +5,7 @@
 //! the tolerance declared in [`tolerance`]. This crate never depends on CUDA or on the GPU
 //! crate: it is the independent side of every comparison.
 
+pub mod action;
 pub mod compare;
 pub mod config;
 pub mod features;

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::action::ACTION_BRANCHES;
 use crate::config::{require, ConfigError};
 
 /// Sizes and constants of the Q-network, its loss and its optimizer.
@@ -17,7 +18,7 @@ pub struct QNetConfig {
     pub value_hidden: usize,
     /// Hidden width of each advantage head.
     pub adv_hidden: usize,
-    /// Action count n_k of each branch (default direction 3, size 5, order type 3).
+    /// Action count n_k of each branch (default: the action space, [`ACTION_BRANCHES`]).
     pub branches: Vec<usize>,
     /// Atoms NA per action: NA > 1 is C51 over `[v_min, v_max]`, NA = 1 is scalar Q with Huber.
     pub atoms: usize,
@@ -55,7 +56,7 @@ impl Default for QNetConfig {
             h2: 256,
             value_hidden: 128,
             adv_hidden: 128,
-            branches: vec![3, 5, 3],
+            branches: ACTION_BRANCHES.to_vec(),
             atoms: 51,
             v_min: -10.0,
             v_max: 10.0,
