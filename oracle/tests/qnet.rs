@@ -6,8 +6,8 @@ use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tallyho_oracle::optimizer::{self, AdamState};
-use tallyho_oracle::per::Transitions;
 use tallyho_oracle::qnet::{self, Forward, QNetConfig, QNetError};
+use tallyho_oracle::replay::Transitions;
 
 /// A small network: S = 5, h1 = 7, h2 = 6, vh = 4, ah = 3, branches [3, 2, 2].
 fn small(atoms: usize) -> QNetConfig {

@@ -10,7 +10,7 @@ use super::loss::loss;
 use super::QNetConfig;
 use crate::config::ConfigError;
 use crate::optimizer::{adam_step, clip_grads, grad_norm, AdamState};
-use crate::per::Transitions;
+use crate::replay::Transitions;
 
 /// A batch or buffer that does not fit the config.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
