@@ -22,7 +22,7 @@ pub mod shared_data;
 pub mod tolerance;
 
 pub use compare::{compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison};
-pub use config::ConfigError;
+pub use config::{ConfigError, TrainConfig};
 pub use features::{FeatureConfig, Market};
 pub use market::{Bars, MarketError, SyntheticConfig};
 pub use replay::ReplayConfig;
