@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use tallyho_oracle::action::BRANCH_COUNT;
 use tallyho_oracle::replay::{self as replay_spec, ReplayState, Transitions};
 use tallyho_oracle::qnet::branch_rows;
-use tallyho_oracle::tolerance::{PER_IS_WEIGHT, PER_PRIORITY};
+use tallyho_oracle::tolerance::{REPLAY_IS_WEIGHT, REPLAY_PRIORITY};
 use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, philox, Comparison, ReplayConfig};
 
 /// Sizes and seed of one replay case.
@@ -146,7 +146,7 @@ pub fn check_per_insert(gpu: &Gpu, case: &PerCase, n: usize) -> Result<Vec<Compa
     check_per_insert_on(gpu, &st, &batch)
 }
 
-/// `per_sample` from `st`: indices exact, weights within PER_IS_WEIGHT, sample step exact.
+/// `per_sample` from `st`: indices exact, weights within REPLAY_IS_WEIGHT, sample step exact.
 pub fn check_per_sample_on(gpu: &Gpu, st: &ReplayState) -> Result<Vec<Comparison>> {
     let mut buf = PerBuffer::new(gpu, &st.cfg, 1)?;
     buf.upload_state(st)?;
@@ -158,7 +158,7 @@ pub fn check_per_sample_on(gpu: &Gpu, st: &ReplayState) -> Result<Vec<Comparison
     let s = replay_spec::replay_sample(&mut want);
     Ok(vec![
         compare_exact("indices", &idx, &s.indices),
-        compare_f32("weights", &w, &s.weights, PER_IS_WEIGHT),
+        compare_f32("weights", &w, &s.weights, REPLAY_IS_WEIGHT),
         compare_exact("sample_step", &[ctl.sample_step], &[want.ctl.sample_step]),
     ])
 }
@@ -183,9 +183,9 @@ pub fn check_per_gather(gpu: &Gpu, case: &PerCase) -> Result<Vec<Comparison>> {
     Ok(compare_transitions(&got, &replay_spec::replay_gather(&st, &indices)))
 }
 
-/// `per_update_priorities` of `indices` with `td_abs` on `st`: leaves within PER_PRIORITY
+/// `per_update_priorities` of `indices` with `td_abs` on `st`: leaves within REPLAY_PRIORITY
 /// (the last occurrence of a repeated index winning), every internal node bitwise the sum of
-/// its children, max priority within PER_PRIORITY, the scratch left all zero.
+/// its children, max priority within REPLAY_PRIORITY, the scratch left all zero.
 pub fn check_per_update_priorities_on(gpu: &Gpu, st: &ReplayState, indices: &[u32], td_abs: &[f32]) -> Result<Vec<Comparison>> {
     let mut buf = PerBuffer::new(gpu, &st.cfg, 1)?;
     buf.upload_state(st)?;
@@ -206,9 +206,9 @@ pub fn check_per_update_priorities_on(gpu: &Gpu, st: &ReplayState, indices: &[u3
     let mut rebuilt = tree.clone();
     sum_tree_build(&mut rebuilt);
     Ok(vec![
-        compare_f32("leaves", leaves_of(&tree), &want_leaves, PER_PRIORITY),
+        compare_f32("leaves", leaves_of(&tree), &want_leaves, REPLAY_PRIORITY),
         compare_bitwise("tree", &tree, &rebuilt),
-        compare_f32("max_priority", &[ctl.max_priority], &[want_max], PER_PRIORITY),
+        compare_f32("max_priority", &[ctl.max_priority], &[want_max], REPLAY_PRIORITY),
         compare_exact("ctl", &[ctl.cursor, ctl.size, ctl.sample_step], &[want.ctl.cursor, want.ctl.size, want.ctl.sample_step]),
         compare_exact("winner_scratch", &winner, &vec![0; winner.len()]),
     ])

@@ -13,7 +13,7 @@ mod gpu {
     use tallyho::parity::{random_state, PerCase};
     use tallyho::replay::PerBuffer;
     use tallyho_oracle::replay::{self as replay_spec, ReplayState};
-    use tallyho_oracle::tolerance::{PER_IS_WEIGHT, PER_PRIORITY};
+    use tallyho_oracle::tolerance::{REPLAY_IS_WEIGHT, REPLAY_PRIORITY};
     use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32};
 
     fn setup(seed: u64) -> (ReplayState, Vec<f32>) {
@@ -50,10 +50,10 @@ mod gpu {
             }
             assert_all(&[
                 compare_exact("indices", &idx, &s.indices),
-                compare_f32("weights", &w, &s.weights, PER_IS_WEIGHT),
+                compare_f32("weights", &w, &s.weights, REPLAY_IS_WEIGHT),
                 compare_bitwise("batch states", &batch.states, &want_batch.states),
                 compare_bitwise("batch rewards", &batch.rewards, &want_batch.rewards),
-                compare_f32("leaves", &tree[oracle.cfg.leaves()..], &want_leaves, PER_PRIORITY),
+                compare_f32("leaves", &tree[oracle.cfg.leaves()..], &want_leaves, REPLAY_PRIORITY),
             ]);
             // The oracle adopts the GPU's priorities (checked above to within one float ulp),
             // so a one-ulp pow difference cannot send later descents down different paths.

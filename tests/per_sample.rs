@@ -1,4 +1,4 @@
-//! `per_sample` against the oracle (indices exact, weights within PER_IS_WEIGHT), its edge
+//! `per_sample` against the oracle (indices exact, weights within REPLAY_IS_WEIGHT), its edge
 //! cases, and sampling frequencies against priorities.
 
 mod common;

@@ -8,9 +8,9 @@
 //! IEEE float32 `+ - * /` and `sqrt` are correctly rounded on both, so every output, PnL
 //! included, is bitwise equal ([`crate::tolerance::ENV`]).
 //!
-//! **Actions** ([`crate::action`]) are three branches (Tavakoli et al. 2018): direction {hold, buy, sell}, size
-//! {1, ..., n} contracts, order type {market, IOC, limit}. An order is clipped so that the
-//! position stays within `[-max_position, max_position]`.
+//! **Actions** ([`crate::action`]) are three branches (Tavakoli et al. 2018): direction
+//! {hold, buy, sell}, size {1, ..., n} contracts, order type {market, IOC, limit}. An order is
+//! clipped so that the position stays within `[-max_position, max_position]`.
 //!
 //! **Randomness**: Philox4x32-10 with counter `(env, clock[env], stream, 0)`, key = the run
 //! seed; `clock` counts the env's steps, so every draw is named by env, step and purpose.
