@@ -1,5 +1,5 @@
 //! The prioritized replay buffer on the device: typed launchers for the `per_*` kernels of
-//! cuda/ (spec: tallyho_oracle::per). Every buffer is allocated in `PerBuffer::new`; the
+//! cuda/ (spec: tallyho_oracle::replay). Every buffer is allocated in `PerBuffer::new`; the
 //! sample / gather / priority-update path reads its per-step values (cursor, size, sample
 //! step, max priority) from the device control block, so it can be captured as a graph.
 
@@ -8,9 +8,10 @@ use crate::graph::{address, Binding, GraphSlot};
 use crate::runtime::{entry, grid_stride, one_block, Gpu};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 use std::sync::Arc;
-use tallyho_oracle::per::{PerCtl, PerState, Transitions, ACTION_BRANCHES};
+use tallyho_oracle::action::BRANCH_COUNT;
+use tallyho_oracle::replay::{ReplayCtl, ReplayState, Transitions};
 use tallyho_oracle::philox::key_of_seed;
-use tallyho_oracle::PerConfig;
+use tallyho_oracle::ReplayConfig;
 
 /// Transitions in device memory, row-major, `rows` of them.
 pub struct DeviceTransitions {
@@ -28,7 +29,7 @@ impl DeviceTransitions {
             rows,
             states: stream.alloc_zeros(rows * state_dim)?,
             next_states: stream.alloc_zeros(rows * state_dim)?,
-            actions: stream.alloc_zeros(rows * ACTION_BRANCHES)?,
+            actions: stream.alloc_zeros(rows * BRANCH_COUNT)?,
             rewards: stream.alloc_zeros(rows)?,
             dones: stream.alloc_zeros(rows)?,
         })
@@ -43,7 +44,7 @@ impl DeviceTransitions {
         check_shape(t, n, state_dim)?;
         stream.memcpy_htod(&t.states, &mut self.states.slice_mut(..n * state_dim))?;
         stream.memcpy_htod(&t.next_states, &mut self.next_states.slice_mut(..n * state_dim))?;
-        stream.memcpy_htod(&t.actions, &mut self.actions.slice_mut(..n * ACTION_BRANCHES))?;
+        stream.memcpy_htod(&t.actions, &mut self.actions.slice_mut(..n * BRANCH_COUNT))?;
         stream.memcpy_htod(&t.rewards, &mut self.rewards.slice_mut(..n))?;
         stream.memcpy_htod(&t.dones, &mut self.dones.slice_mut(..n))?;
         Ok(())
@@ -63,7 +64,7 @@ impl DeviceTransitions {
 fn check_shape(t: &Transitions, n: usize, s: usize) -> Result<()> {
     let ok = t.states.len() == n * s
         && t.next_states.len() == n * s
-        && t.actions.len() == n * ACTION_BRANCHES
+        && t.actions.len() == n * BRANCH_COUNT
         && t.dones.len() == n;
     if ok {
         Ok(())
@@ -73,7 +74,7 @@ fn check_shape(t: &Transitions, n: usize, s: usize) -> Result<()> {
             t.states.len(),
             t.next_states.len(),
             t.actions.len(),
-            n * ACTION_BRANCHES,
+            n * BRANCH_COUNT,
             t.dones.len()
         )))
     }
@@ -90,12 +91,12 @@ struct Kernels {
 /// The replay buffer. Outputs of the last sample: `indices`, `weights`, and after `gather`,
 /// `batch`.
 pub struct PerBuffer {
-    cfg: PerConfig,
+    cfg: ReplayConfig,
     stream: Arc<CudaStream>,
     k: Kernels,
     store: DeviceTransitions,
     tree: CudaSlice<f32>,
-    /// The control block, as the four 32-bit words of `PerCtl` (max priority as float bits).
+    /// The control block, as the four 32-bit words of `ReplayCtl` (max priority as float bits).
     ctl: CudaSlice<u32>,
     /// Scratch for the last-occurrence rule of `per_update_priorities`; all 0 between launches.
     winner: CudaSlice<u32>,
@@ -109,19 +110,19 @@ pub struct PerBuffer {
     step_graph: GraphSlot,
 }
 
-/// `PerCtl` as the four 32-bit words the device holds (max priority as float bits).
-pub fn ctl_words(c: &PerCtl) -> [u32; 4] {
+/// `ReplayCtl` as the four 32-bit words the device holds (max priority as float bits).
+pub fn ctl_words(c: &ReplayCtl) -> [u32; 4] {
     [c.cursor, c.size, c.sample_step, c.max_priority.to_bits()]
 }
 
 /// The inverse of [`ctl_words`]; `w` holds at least four words.
-pub fn ctl_of_words(w: &[u32]) -> PerCtl {
-    PerCtl { cursor: w[0], size: w[1], sample_step: w[2], max_priority: f32::from_bits(w[3]) }
+pub fn ctl_of_words(w: &[u32]) -> ReplayCtl {
+    ReplayCtl { cursor: w[0], size: w[1], sample_step: w[2], max_priority: f32::from_bits(w[3]) }
 }
 
 impl PerBuffer {
     /// Allocate everything for `cfg`; `max_insert` is the largest host insert (staging rows).
-    pub fn new(gpu: &Gpu, cfg: &PerConfig, max_insert: usize) -> Result<Self> {
+    pub fn new(gpu: &Gpu, cfg: &ReplayConfig, max_insert: usize) -> Result<Self> {
         cfg.validate()?;
         if max_insert == 0 || max_insert > cfg.capacity {
             return Err(Error::Shape(format!(
@@ -137,7 +138,7 @@ impl PerBuffer {
             gather: gpu.function(entry::per_gather::PER_GATHER)?,
             update: gpu.function(entry::per_update_priorities::PER_UPDATE_PRIORITIES)?,
         };
-        let ctl = s.clone_htod(&ctl_words(&PerCtl::default()))?;
+        let ctl = s.clone_htod(&ctl_words(&ReplayCtl::default()))?;
         Self::allocate(s, cfg, max_insert, k, ctl).map_err(|e| match e {
             Error::Driver(d) if d.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory {
                 what: format!("a replay buffer of capacity {} x state width {}", cfg.capacity, cfg.state_dim),
@@ -149,12 +150,12 @@ impl PerBuffer {
     }
 
     /// Device bytes a buffer of `cfg` allocates.
-    pub fn device_bytes(cfg: &PerConfig, max_insert: usize) -> usize {
-        let row = (2 * cfg.state_dim + ACTION_BRANCHES + 2) * 4;
+    pub fn device_bytes(cfg: &ReplayConfig, max_insert: usize) -> usize {
+        let row = (2 * cfg.state_dim + BRANCH_COUNT + 2) * 4;
         (cfg.capacity + max_insert + cfg.batch) * row + 2 * cfg.leaves() * 4 + cfg.capacity * 4 + cfg.batch * 8
     }
 
-    fn allocate(s: &Arc<CudaStream>, cfg: &PerConfig, max_insert: usize, k: Kernels, ctl: CudaSlice<u32>) -> Result<Self> {
+    fn allocate(s: &Arc<CudaStream>, cfg: &ReplayConfig, max_insert: usize, k: Kernels, ctl: CudaSlice<u32>) -> Result<Self> {
         Ok(PerBuffer {
             cfg: cfg.clone(),
             stream: s.clone(),
@@ -172,7 +173,7 @@ impl PerBuffer {
         })
     }
 
-    pub fn config(&self) -> &PerConfig {
+    pub fn config(&self) -> &ReplayConfig {
         &self.cfg
     }
 
@@ -210,7 +211,7 @@ impl PerBuffer {
         }
         let (n32, c32, s32) = (n as u32, self.cfg.capacity as u32, self.cfg.state_dim as u32);
         let leaves = self.cfg.leaves() as u32;
-        let width = self.cfg.state_dim.max(ACTION_BRANCHES);
+        let width = self.cfg.state_dim.max(BRANCH_COUNT);
         let mut b = self.stream.launch_builder(&self.k.insert_rows);
         b.arg(&self.ctl)
             .arg(&rows.states)
@@ -227,7 +228,7 @@ impl PerBuffer {
             .arg(&c32)
             .arg(&s32);
         // SAFETY: argument order and types follow per_insert_rows in cuda/per_insert.cu: ctl
-        // is 4 u32 words laid out as struct PerCtl; inputs hold >= n rows (checked above),
+        // is 4 u32 words laid out as struct ReplayCtl; inputs hold >= n rows (checked above),
         // the store holds C rows of width S / 3.
         unsafe { b.launch(grid_stride(n * width)) }?;
         let mut b = self.stream.launch_builder(&self.k.insert_tree);
@@ -267,7 +268,7 @@ impl PerBuffer {
     /// `per_gather`: the sampled transitions into `batch`.
     pub fn gather(&mut self) -> Result<()> {
         let (batch, s32) = (self.cfg.batch as u32, self.cfg.state_dim as u32);
-        let width = self.cfg.state_dim.max(ACTION_BRANCHES);
+        let width = self.cfg.state_dim.max(BRANCH_COUNT);
         let mut b = self.stream.launch_builder(&self.k.gather);
         b.arg(&self.indices)
             .arg(&self.store.states)
@@ -341,7 +342,7 @@ impl PerBuffer {
     }
 
     /// Replace the whole device state with `st` (tests, fixture replays).
-    pub fn upload_state(&mut self, st: &PerState) -> Result<()> {
+    pub fn upload_state(&mut self, st: &ReplayState) -> Result<()> {
         if st.cfg.capacity != self.cfg.capacity || st.cfg.state_dim != self.cfg.state_dim || st.tree.len() != 2 * self.cfg.leaves() {
             return Err(Error::Shape("state shape does not match the buffer's config".into()));
         }
@@ -353,8 +354,8 @@ impl PerBuffer {
     }
 
     /// The whole device state, on the host (synchronizes; tests and fixtures only).
-    pub fn download_state(&self) -> Result<PerState> {
-        Ok(PerState {
+    pub fn download_state(&self) -> Result<ReplayState> {
+        Ok(ReplayState {
             cfg: self.cfg.clone(),
             store: self.store.download(&self.stream)?,
             tree: self.stream.clone_dtoh(&self.tree)?,
@@ -362,7 +363,7 @@ impl PerBuffer {
         })
     }
 
-    pub fn ctl(&self) -> Result<PerCtl> {
+    pub fn ctl(&self) -> Result<ReplayCtl> {
         Ok(ctl_of_words(&self.stream.clone_dtoh(&self.ctl)?))
     }
 

@@ -24,7 +24,7 @@ fn random_env_cases_reach_every_fill_and_barrier_branch() {
         let n = (0..case.envs).filter(|&n| actions[3 * n + 2] == typ && fills.filled[n] == 1).count();
         assert!(n > 100, "order type {typ} filled only {n} times");
     }
-    let missed = (0..case.envs).filter(|&n| actions[3 * n + 2] == spec::LIMIT && actions[3 * n] != spec::HOLD && fills.filled[n] == 0).count();
+    let missed = (0..case.envs).filter(|&n| actions[3 * n + 2] == tallyho_oracle::action::LIMIT && actions[3 * n] != tallyho_oracle::action::HOLD && fills.filled[n] == 0).count();
     assert!(missed > 50, "limit orders should sometimes miss: {missed}");
     let o = spec::barriers(&cfg, &m, split, &mut st.clone());
     for reason in 0..=spec::END_OF_DATA {

@@ -6,13 +6,12 @@ mod common;
 
 mod gpu {
     use super::common::*;
-    use std::path::Path;
     use tallyho::env::load_market;
     use tallyho::harness::parity::env::{check_experience, check_experience_fused, check_experience_graph};
     use tallyho_oracle::env::{EnvConfig, EnvMarket, Split, STOP_LOSS, TAKE_PROFIT, TIME_LIMIT};
 
     fn es_market() -> tallyho_oracle::features::Market {
-        let data = tallyho_oracle::kat::shared_data_dir(Path::new(env!("CARGO_MANIFEST_DIR"))).join("lean-es-minute-2013-10");
+        let data = tallyho_oracle::shared_data::dir().unwrap_or_else(|e| panic!("{e}")).join("lean-es-minute-2013-10");
         load_market(Some(&data)).unwrap_or_else(|e| panic!("loading {}: {e}", data.display()))
     }
 

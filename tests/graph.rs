@@ -12,11 +12,11 @@ mod gpu {
     use tallyho::graph::Phase;
     use tallyho::harness::parity::replay::{compare_states, random_state, PerCase};
     use tallyho::replay::PerBuffer;
-    use tallyho_oracle::per::{self, PerState};
-    use tallyho_oracle::tolerance::{PER_IS_WEIGHT, PER_PRIORITY};
+    use tallyho_oracle::replay::{self as replay_spec, ReplayState};
+    use tallyho_oracle::tolerance::{REPLAY_IS_WEIGHT, REPLAY_PRIORITY};
     use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32};
 
-    fn setup(seed: u64) -> (PerState, Vec<f32>) {
+    fn setup(seed: u64) -> (ReplayState, Vec<f32>) {
         let case = PerCase { capacity: 3000, state_dim: 5, batch: 300, seed };
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let st = random_state(&case.config(), &mut rng);
@@ -41,19 +41,19 @@ mod gpu {
             let (idx, w) = buf.read_sample().unwrap();
             let batch = buf.batch.download(&gpu.stream).unwrap();
             let tree = buf.tree().unwrap();
-            let s = per::per_sample(&mut oracle);
-            let want_batch = per::per_gather(&oracle, &s.indices);
-            let p = per::per_update_priorities(&mut oracle, &s.indices, &td_host);
+            let s = replay_spec::replay_sample(&mut oracle);
+            let want_batch = replay_spec::replay_gather(&oracle, &s.indices);
+            let p = replay_spec::replay_update_priorities(&mut oracle, &s.indices, &td_host);
             let mut want_leaves: Vec<f64> = oracle.tree[oracle.cfg.leaves()..].iter().map(|&x| f64::from(x)).collect();
             for (&i, &pj) in s.indices.iter().zip(&p) {
                 want_leaves[i as usize] = pj;
             }
             assert_all(&[
                 compare_exact("indices", &idx, &s.indices),
-                compare_f32("weights", &w, &s.weights, PER_IS_WEIGHT),
+                compare_f32("weights", &w, &s.weights, REPLAY_IS_WEIGHT),
                 compare_bitwise("batch states", &batch.states, &want_batch.states),
                 compare_bitwise("batch rewards", &batch.rewards, &want_batch.rewards),
-                compare_f32("leaves", &tree[oracle.cfg.leaves()..], &want_leaves, PER_PRIORITY),
+                compare_f32("leaves", &tree[oracle.cfg.leaves()..], &want_leaves, REPLAY_PRIORITY),
             ]);
             // The oracle adopts the GPU's priorities (checked above to within one float ulp),
             // so a one-ulp pow difference cannot send later descents down different paths.

@@ -1,4 +1,4 @@
-//! `per_sample` against the oracle (indices exact, weights within PER_IS_WEIGHT), its edge
+//! `per_sample` against the oracle (indices exact, weights within REPLAY_IS_WEIGHT), its edge
 //! cases, and sampling frequencies against priorities.
 
 mod common;
@@ -6,10 +6,10 @@ mod common;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tallyho::harness::parity::replay::{chi_square, chi_square_critical, random_state, set_leaves, PerCase};
-use tallyho_oracle::per::{per_sample, PerState};
+use tallyho_oracle::replay::{replay_sample, ReplayState};
 
 /// 64 slots with priorities over two decades, B = 16.
-fn frequency_state() -> PerState {
+fn frequency_state() -> ReplayState {
     let case = PerCase { capacity: 64, state_dim: 1, batch: 16, seed: 0x5eed };
     let mut rng = ChaCha8Rng::seed_from_u64(case.seed);
     let mut st = random_state(&case.config(), &mut rng);
@@ -22,7 +22,7 @@ fn frequency_state() -> PerState {
 /// Chi-square of `steps` samples' index counts against B * steps * p_i / total, against the
 /// 0.1% critical value (z = 3.09). Stratified sampling has less variance than independent
 /// draws, so the statistic is conservative.
-fn assert_frequencies_match(st: &PerState, counts: &[u64], steps: usize) {
+fn assert_frequencies_match(st: &ReplayState, counts: &[u64], steps: usize) {
     let total: f64 = (0..64).map(|i| f64::from(st.leaf(i))).sum();
     let draws = (st.cfg.batch * steps) as f64;
     let expected: Vec<f64> = (0..64).map(|i| draws * f64::from(st.leaf(i)) / total).collect();
@@ -38,7 +38,7 @@ fn oracle_sampling_frequencies_match_priorities() {
     let mut counts = vec![0u64; 64];
     let steps = 4000;
     for _ in 0..steps {
-        for i in per_sample(&mut st).indices {
+        for i in replay_sample(&mut st).indices {
             counts[i as usize] += 1;
         }
     }
@@ -57,7 +57,7 @@ mod gpu {
         check_property(file!(), |case| check_per_sample(&gpu, case));
     }
 
-    fn state(capacity: usize, batch: usize, priorities: &[f32]) -> PerState {
+    fn state(capacity: usize, batch: usize, priorities: &[f32]) -> ReplayState {
         let case = PerCase { capacity, state_dim: 2, batch, seed: 0xabc };
         let mut st = random_state(&case.config(), &mut ChaCha8Rng::seed_from_u64(1));
         set_leaves(&mut st, priorities);
@@ -72,7 +72,7 @@ mod gpu {
         let st = state(4096, 256, &vec![0.5; 300]);
         assert_all(&check_per_sample_on(&gpu, &st).unwrap());
         let mut want = st.clone();
-        assert!(per_sample(&mut want).indices.iter().all(|&i| i < 300));
+        assert!(replay_sample(&mut want).indices.iter().all(|&i| i < 300));
     }
 
     #[test]
@@ -82,7 +82,7 @@ mod gpu {
         p[783] = 0.25;
         let st = state(1000, 250, &p);
         assert_all(&check_per_sample_on(&gpu, &st).unwrap());
-        let s = per_sample(&mut st.clone());
+        let s = replay_sample(&mut st.clone());
         assert!(s.indices.iter().all(|&i| i == 783));
         assert!(s.weights.iter().all(|&w| w == 1.0));
     }
@@ -92,7 +92,7 @@ mod gpu {
         let gpu = gpu();
         let st = state(1024, 256, &vec![1.0; 1024]);
         assert_all(&check_per_sample_on(&gpu, &st).unwrap());
-        let s = per_sample(&mut st.clone());
+        let s = replay_sample(&mut st.clone());
         assert!(s.weights.iter().all(|&w| w == 1.0));
         // Stratum i covers leaves 4i..4i+4.
         // (a threshold rounded up onto the next stratum's first leaf is also right)

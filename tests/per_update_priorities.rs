@@ -9,7 +9,7 @@ mod gpu {
     use rand_chacha::ChaCha8Rng;
     use tallyho::harness::parity::replay::{check_per_update_priorities, check_per_update_priorities_on, random_state, PerCase};
     use tallyho::replay::PerBuffer;
-    use tallyho_oracle::per::per_priority;
+    use tallyho_oracle::replay::replay_priority;
 
     #[test]
     fn per_update_priorities_matches_oracle_on_random_batches_with_repeats() {
@@ -36,7 +36,7 @@ mod gpu {
         let l = cfg.leaves();
         for i in 0..7usize {
             let last = (0..50).rev().find(|j| j % 7 == i).unwrap();
-            let want = per_priority(td[last], cfg.alpha, cfg.eps) as f32;
+            let want = replay_priority(td[last], cfg.alpha, cfg.eps) as f32;
             assert!((tree[l + i] - want).abs() <= want * 2e-7, "leaf {i}: {} != {want}", tree[l + i]);
         }
     }

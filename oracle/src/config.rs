@@ -1,7 +1,16 @@
 //! Validated configurations. Every size and constant a kernel uses comes from here, checked
-//! once, with errors that name the value and the fix.
+//! once, with errors that name the value and the fix: [`TrainConfig`] holds the parts (each
+//! beside its stage: [`EnvConfig`], [`QNetConfig`], [`ReplayConfig`], [`RewardConfig`]) and
+//! checks what ties them together.
 
 use serde::{Deserialize, Serialize};
+
+use crate::action::ACTION_BRANCHES;
+use crate::env::{EnvConfig, PORTFOLIO_FEATURES};
+use crate::features::FEATURE_DIM;
+use crate::qnet::QNetConfig;
+use crate::replay::ReplayConfig;
+use crate::reward::RewardConfig;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
@@ -13,6 +22,12 @@ pub enum ConfigError {
     CapacityTooLarge { capacity: usize, max: usize },
     #[error("{name} = {value} is outside {range}: {fix}")]
     OutOfRange { name: &'static str, value: f64, range: &'static str, fix: &'static str },
+    #[error("capacity {capacity} is below 4 x envs {envs} (= {need}): raise --capacity or lower --envs")]
+    CapacityBelowFourInserts { capacity: usize, envs: usize, need: usize },
+    #[error("{name} {value} is not the state width {want} ({features} market features + {portfolio} portfolio features): set it with TrainConfig::resolve, which derives it from the features")]
+    StateDimMismatch { name: &'static str, value: usize, want: usize, features: usize, portfolio: usize },
+    #[error("qnet.branches {got:?} are not the action space {want:?} (direction, size, order type): use tallyho_oracle::action::ACTION_BRANCHES")]
+    BranchesMismatch { got: Vec<usize>, want: Vec<usize> },
 }
 
 /// `Err(OutOfRange)` unless `ok` (callers write `ok` so that NaN fails it).
@@ -24,86 +39,82 @@ pub(crate) fn require(ok: bool, name: &'static str, value: impl Into<f64>, range
     }
 }
 
-/// The prioritized replay buffer (Schaul et al. 2016, "Prioritized Experience Replay").
+/// A training run's configuration: one value per size, so that the parts cannot disagree.
+///
+/// - The state width S is `feature_dim + PORTFOLIO_FEATURES` (the market's features, then the
+///   portfolio's); [`TrainConfig::resolve`] writes it into `qnet.state_dim` and
+///   `replay.state_dim`, and [`TrainConfig::validate`] refuses any other value.
+/// - The update batch is `replay.batch`: the replay samples it and the Q-network trains on it.
+/// - The Q-network's branches are the action space, [`ACTION_BRANCHES`].
+/// - The replay holds at least 4 inserts (`env.envs` transitions each step) and 4 batches.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PerConfig {
-    /// Ring capacity C (transitions).
-    pub capacity: usize,
-    /// State width S (floats per state).
-    pub state_dim: usize,
-    /// Batch size B of one sample.
-    pub batch: usize,
-    /// Priority exponent alpha: p = (|delta| + eps)^alpha.
-    pub alpha: f32,
-    /// Priority offset eps, so that no transition starves (0 allowed: then |delta| = 0 is never drawn).
-    pub eps: f32,
-    /// Initial importance exponent beta_0, annealed linearly to 1.
-    pub beta0: f32,
-    /// Number of samples over which beta reaches 1 (0: beta = 1 from the start).
-    pub beta_steps: u32,
-    /// Run seed: the Philox key.
-    pub seed: u64,
+#[serde(default)]
+pub struct TrainConfig {
+    pub env: EnvConfig,
+    pub qnet: QNetConfig,
+    pub replay: ReplayConfig,
+    pub reward: RewardConfig,
 }
 
-pub const MAX_CAPACITY: usize = 1 << 30;
-
-impl Default for PerConfig {
+/// Every part's default, resolved for the built-in features ([`FEATURE_DIM`]), so valid.
+impl Default for TrainConfig {
     fn default() -> Self {
-        PerConfig {
-            capacity: 1 << 17,
-            state_dim: 32,
-            batch: 256,
-            alpha: 0.6,
-            eps: 1e-6,
-            beta0: 0.4,
-            beta_steps: 100_000,
-            seed: 0x7a11_1b0,
+        TrainConfig {
+            env: EnvConfig::default(),
+            qnet: QNetConfig::default(),
+            replay: ReplayConfig::default(),
+            reward: RewardConfig::default(),
         }
+        .resolve(FEATURE_DIM)
     }
 }
 
-impl PerConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        for (name, v) in [("capacity", self.capacity), ("state_dim", self.state_dim), ("batch", self.batch)] {
-            if v == 0 {
-                return Err(ConfigError::Zero { name });
+impl TrainConfig {
+    /// The state width S of a market with `feature_dim` features: `feature_dim +
+    /// PORTFOLIO_FEATURES`.
+    pub fn state_dim(feature_dim: usize) -> usize {
+        feature_dim + PORTFOLIO_FEATURES
+    }
+
+    /// Sets the derived sizes from their one source: `qnet.state_dim` and `replay.state_dim`
+    /// from `feature_dim`.
+    pub fn resolve(mut self, feature_dim: usize) -> Self {
+        let s = Self::state_dim(feature_dim);
+        self.qnet.state_dim = s;
+        self.replay.state_dim = s;
+        self
+    }
+
+    /// Checks the Q-network's branches against the action space, each part
+    /// (`QNetConfig::validate`, `EnvConfig::validate`, `ReplayConfig::validate`,
+    /// `RewardConfig::validate`), the state width of both `qnet` and `replay` against
+    /// `feature_dim + PORTFOLIO_FEATURES`, and `capacity >= 4 x envs` (the batch bound,
+    /// `capacity >= 4 x batch`, is the replay's own).
+    pub fn validate(&self, feature_dim: usize) -> Result<(), ConfigError> {
+        if self.qnet.branches != ACTION_BRANCHES {
+            return Err(ConfigError::BranchesMismatch { got: self.qnet.branches.clone(), want: ACTION_BRANCHES.to_vec() });
+        }
+        self.qnet.validate()?;
+        self.env.validate(&self.qnet.branches)?;
+        self.replay.validate()?;
+        self.reward.validate()?;
+        let want = Self::state_dim(feature_dim);
+        for (name, value) in [("qnet.state_dim", self.qnet.state_dim), ("replay.state_dim", self.replay.state_dim)] {
+            if value != want {
+                return Err(ConfigError::StateDimMismatch {
+                    name,
+                    value,
+                    want,
+                    features: feature_dim,
+                    portfolio: PORTFOLIO_FEATURES,
+                });
             }
         }
-        if self.capacity < 4 * self.batch {
-            return Err(ConfigError::CapacityBelowFourBatches {
-                capacity: self.capacity,
-                batch: self.batch,
-                need: 4 * self.batch,
-            });
-        }
-        if self.capacity > MAX_CAPACITY {
-            return Err(ConfigError::CapacityTooLarge { capacity: self.capacity, max: MAX_CAPACITY });
-        }
-        let ranges = [
-            ("alpha", self.alpha, 0.0, 1.0, "[0, 1]", "use 0 for uniform sampling, up to 1 for fully proportional"),
-            ("eps", self.eps, 0.0, 1.0, "[0, 1]", "a small positive offset such as 1e-6"),
-            ("beta0", self.beta0, 0.0, 1.0, "[0, 1]", "a start value such as 0.4"),
-        ];
-        for (name, v, lo, hi, range, fix) in ranges {
-            if !(lo..=hi).contains(&v) {
-                return Err(ConfigError::OutOfRange { name, value: f64::from(v), range, fix });
-            }
+        let (capacity, envs) = (self.replay.capacity, self.env.envs);
+        if capacity < 4 * envs {
+            return Err(ConfigError::CapacityBelowFourInserts { capacity, envs, need: 4 * envs });
         }
         Ok(())
-    }
-
-    /// Leaves of the sum tree: the capacity rounded up to a power of two.
-    pub fn leaves(&self) -> usize {
-        self.capacity.next_power_of_two()
-    }
-
-    /// Per-sample beta increment, rounded once to float; both sides use this value.
-    pub fn beta_increment(&self) -> f32 {
-        if self.beta_steps == 0 {
-            1.0
-        } else {
-            ((1.0 - f64::from(self.beta0)) / f64::from(self.beta_steps)) as f32
-        }
     }
 }
 
@@ -111,18 +122,82 @@ impl PerConfig {
 mod tests {
     use super::*;
 
-    #[test]
-    fn capacity_below_four_batches_is_refused_with_the_fix() {
-        let cfg = PerConfig { capacity: 512, batch: 256, ..PerConfig::default() };
-        let msg = cfg.validate().unwrap_err().to_string();
-        assert_eq!(msg, "capacity 512 is below 4 x batch 256 (= 1024): raise --capacity or lower --batch");
+    fn refusal(cfg: &TrainConfig) -> String {
+        cfg.validate(FEATURE_DIM).unwrap_err().to_string()
     }
 
     #[test]
-    fn zero_sizes_and_out_of_range_constants_are_refused() {
-        assert!(PerConfig { state_dim: 0, ..PerConfig::default() }.validate().is_err());
-        assert!(PerConfig { alpha: 1.5, ..PerConfig::default() }.validate().is_err());
-        assert!(PerConfig { eps: f32::NAN, ..PerConfig::default() }.validate().is_err());
-        assert!(PerConfig::default().validate().is_ok());
+    fn the_default_is_valid_and_resolved_for_the_built_in_features() {
+        let cfg = TrainConfig::default();
+        assert_eq!(cfg.validate(FEATURE_DIM), Ok(()));
+        assert_eq!((cfg.qnet.state_dim, cfg.replay.state_dim), (FEATURE_DIM + 4, FEATURE_DIM + 4));
+        assert_eq!(cfg.qnet.branches, ACTION_BRANCHES);
+    }
+
+    #[test]
+    fn resolve_sets_both_state_widths_from_the_features() {
+        let mut cfg = TrainConfig::default();
+        cfg.qnet.state_dim = 99;
+        cfg.replay.state_dim = 98;
+        let cfg = cfg.resolve(7);
+        assert_eq!((cfg.qnet.state_dim, cfg.replay.state_dim), (11, 11));
+        assert_eq!(cfg.validate(7), Ok(()));
+    }
+
+    #[test]
+    fn a_state_width_other_than_the_features_is_refused_with_the_fix() {
+        let mut cfg = TrainConfig::default();
+        cfg.qnet.state_dim = 32;
+        assert_eq!(
+            refusal(&cfg),
+            "qnet.state_dim 32 is not the state width 15 (11 market features + 4 portfolio features): \
+             set it with TrainConfig::resolve, which derives it from the features"
+        );
+        let mut cfg = TrainConfig::default();
+        cfg.replay.state_dim = 14;
+        assert!(refusal(&cfg).starts_with("replay.state_dim 14 is not the state width 15 "), "{}", refusal(&cfg));
+        // A config resolved for one feature count is refused for another.
+        assert!(TrainConfig::default().validate(FEATURE_DIM + 1).is_err());
+    }
+
+    #[test]
+    fn branches_other_than_the_action_space_are_refused_with_the_fix() {
+        let mut cfg = TrainConfig::default();
+        cfg.qnet.branches = vec![3, 4, 3];
+        assert_eq!(
+            refusal(&cfg),
+            "qnet.branches [3, 4, 3] are not the action space [3, 5, 3] (direction, size, order type): \
+             use tallyho_oracle::action::ACTION_BRANCHES"
+        );
+    }
+
+    #[test]
+    fn capacity_below_four_batches_is_refused_with_the_fix() {
+        let mut cfg = TrainConfig::default();
+        (cfg.replay.capacity, cfg.replay.batch, cfg.env.envs) = (512, 256, 64);
+        assert_eq!(refusal(&cfg), "capacity 512 is below 4 x batch 256 (= 1024): raise --capacity or lower --batch");
+    }
+
+    #[test]
+    fn capacity_below_four_inserts_is_refused_with_the_fix() {
+        let mut cfg = TrainConfig::default();
+        (cfg.replay.capacity, cfg.replay.batch, cfg.env.envs) = (1024, 64, 512);
+        assert_eq!(refusal(&cfg), "capacity 1024 is below 4 x envs 512 (= 2048): raise --capacity or lower --envs");
+    }
+
+    #[test]
+    fn each_part_is_validated() {
+        let mut cfg = TrainConfig::default();
+        cfg.env.envs = 0;
+        assert_eq!(refusal(&cfg), "envs is 0: it must be at least 1");
+        let mut cfg = TrainConfig::default();
+        cfg.qnet.gamma = 1.5;
+        assert_eq!(refusal(&cfg), "gamma = 1.5 is outside [0, 1]: use a discount such as 0.99");
+        let mut cfg = TrainConfig::default();
+        cfg.replay.alpha = 2.0;
+        assert!(refusal(&cfg).starts_with("alpha = 2 is outside [0, 1]: "), "{}", refusal(&cfg));
+        let mut cfg = TrainConfig::default();
+        cfg.reward.ema_rate = 0.0;
+        assert_eq!(refusal(&cfg), "ema_rate = 0 is outside (0, 1]: a rate such as 0.01");
     }
 }

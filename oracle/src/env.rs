@@ -8,9 +8,9 @@
 //! IEEE float32 `+ - * /` and `sqrt` are correctly rounded on both, so every output, PnL
 //! included, is bitwise equal ([`crate::tolerance::ENV`]).
 //!
-//! **Actions** are three branches (Tavakoli et al. 2018): direction {hold, buy, sell}, size
-//! {1, ..., n} contracts, order type {market, IOC, limit}. An order is clipped so that the
-//! position stays within `[-max_position, max_position]`.
+//! **Actions** ([`crate::action`]) are three branches (Tavakoli et al. 2018): direction
+//! {hold, buy, sell}, size {1, ..., n} contracts, order type {market, IOC, limit}. An order is
+//! clipped so that the position stays within `[-max_position, max_position]`.
 //!
 //! **Randomness**: Philox4x32-10 with counter `(env, clock[env], stream, 0)`, key = the run
 //! seed; `clock` counts the env's steps, so every draw is named by env, step and purpose.
@@ -20,22 +20,11 @@
 //! at bar t + 1: take-profit / stop-loss against its high and low, time limit, end of data,
 //! mark-to-market at its mid, reward, and auto-reset of a done env to a Philox-chosen start.
 
+use crate::action::{ACTION_BRANCHES, BRANCH_COUNT, BRANCH_DIRECTION, BRANCH_ORDER_TYPE, BRANCH_SIZE, BUY, IOC, MARKET, SELL};
 use crate::config::{require, ConfigError};
 use crate::philox::{self, stream};
 use serde::{Deserialize, Serialize};
 
-/// Action branches: direction, size, order type.
-pub const BRANCH_DIRECTION: usize = 0;
-pub const BRANCH_SIZE: usize = 1;
-pub const BRANCH_ORDER_TYPE: usize = 2;
-/// Direction actions.
-pub const HOLD: i32 = 0;
-pub const BUY: i32 = 1;
-pub const SELL: i32 = 2;
-/// Order types.
-pub const MARKET: i32 = 0;
-pub const IOC: i32 = 1;
-pub const LIMIT: i32 = 2;
 /// Why an env is done (0: not done).
 pub const TAKE_PROFIT: i32 = 1;
 pub const STOP_LOSS: i32 = 2;
@@ -132,7 +121,10 @@ impl EnvConfig {
         require((0.0..1.0).contains(&self.stop_loss), "stop_loss", self.stop_loss, "[0, 1)", "a fraction such as 0.0015, or 0 for none")?;
         require(self.reward_scale.is_finite(), "reward_scale", self.reward_scale, "finite", "a scale such as 0.01")?;
         require(p(self.dsr_eta) && self.dsr_eta < 1.0, "dsr_eta", self.dsr_eta, "[0, 1)", "a rate such as 0.01, or 0 for none")?;
-        let ok = branches.len() == 3 && branches[BRANCH_DIRECTION] == 3 && branches[BRANCH_ORDER_TYPE] == 3 && branches[BRANCH_SIZE] >= 1;
+        let ok = branches.len() == BRANCH_COUNT
+            && branches[BRANCH_DIRECTION] == ACTION_BRANCHES[BRANCH_DIRECTION]
+            && branches[BRANCH_ORDER_TYPE] == ACTION_BRANCHES[BRANCH_ORDER_TYPE]
+            && branches[BRANCH_SIZE] >= 1;
         require(
             ok,
             "the action branches (direction, size, order type)",
@@ -358,7 +350,7 @@ pub fn fill_step(cfg: &EnvConfig, m: &EnvMarket, st: &mut EnvState, actions: &[i
     let n_envs = st.len();
     let mut fills = Fills { filled: vec![0; n_envs], price: vec![0.0; n_envs] };
     for n in 0..n_envs {
-        let a = &actions[3 * n..3 * n + 3];
+        let a = &actions[BRANCH_COUNT * n..BRANCH_COUNT * (n + 1)];
         let side = match a[BRANCH_DIRECTION] {
             BUY => 1,
             SELL => -1,

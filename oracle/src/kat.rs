@@ -1,8 +1,6 @@
 //! Known-answer vectors of Philox4x32-10 in the Random123 `kat_vectors` format:
 //! `name rounds ctr0 ctr1 ctr2 ctr3 key0 key1 out0 out1 out2 out3`, hex words, `#` comments.
 
-use std::path::{Path, PathBuf};
-
 #[derive(Clone, Debug, PartialEq)]
 pub struct KatVector {
     pub counter: [u32; 4],
@@ -37,28 +35,10 @@ pub fn parse_kat(text: &str) -> Result<Vec<KatVector>, String> {
     Ok(out)
 }
 
-/// `../shared/data` beside the checkout, or `$TALLYHO_SHARED_DATA` when set.
-pub fn shared_data_dir(manifest_dir: &Path) -> PathBuf {
-    if let Some(dir) = std::env::var_os("TALLYHO_SHARED_DATA") {
-        return PathBuf::from(dir);
-    }
-    let mut dir = manifest_dir.to_path_buf();
-    // Walk up to the directory that has a sibling `shared/data` (the workspace's parent).
-    for _ in 0..3 {
-        if let Some(parent) = dir.parent() {
-            let candidate = parent.join("shared").join("data");
-            if candidate.is_dir() {
-                return candidate;
-            }
-            dir = parent.to_path_buf();
-        }
-    }
-    manifest_dir.join("../shared/data")
-}
-
-/// Read and parse `random123-kat/philox4x32_10.txt` from the shared data.
-pub fn load_philox_kat(manifest_dir: &Path) -> Result<Vec<KatVector>, String> {
-    let path = shared_data_dir(manifest_dir).join("random123-kat").join("philox4x32_10.txt");
+/// Read and parse `random123-kat/philox4x32_10.txt` from the shared data
+/// ([`crate::shared_data::dir`]).
+pub fn load_philox_kat() -> Result<Vec<KatVector>, String> {
+    let path = crate::shared_data::dir().map_err(|e| e.to_string())?.join("random123-kat").join("philox4x32_10.txt");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read {}: {e} (set TALLYHO_SHARED_DATA to the shared data folder)", path.display()))?;
     parse_kat(&text)

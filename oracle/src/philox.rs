@@ -17,8 +17,8 @@ pub const W1: u32 = 0xBB67_AE85;
 
 /// Philox streams: the third counter word, one per purpose of a draw.
 pub mod stream {
-    /// Stratified sampling thresholds of the prioritized replay (`per_sample`).
-    pub const PER_SAMPLE: u32 = 1;
+    /// Stratified sampling thresholds of the prioritized replay (`replay_sample`).
+    pub const REPLAY_SAMPLE: u32 = 1;
     /// Epsilon-greedy exploration tests of `action_select`, one word per branch.
     pub const ACTION_EXPLORE: u32 = 2;
     /// Random actions of `action_select`, one word per branch.

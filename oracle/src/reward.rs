@@ -1,5 +1,5 @@
 //! The reward pipeline: the spec of the unfused chain of `reward_*` kernels (one per
-//! stage, in the order of [`STAGES`]) and of the fused kernel that must compute the same.
+//! stage, in the order of [`Stage::ALL`]) and of the fused kernel that must compute the same.
 //! It runs after `fill_step`, on each env's realized PnL and position, and keeps a small
 //! global state vector of statistics and controllers that adapt the reward.
 //!

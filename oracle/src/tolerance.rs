@@ -50,7 +50,7 @@ pub const EXACT: Tolerance =
 /// Priorities `(|delta| + eps)^alpha`: the kernel evaluates `pow` in double and rounds once
 /// to float, the oracle evaluates it in double; the two differ only where the double result
 /// falls within a double ulp of a float rounding boundary, i.e. by at most one float ulp.
-pub const PER_PRIORITY: Tolerance = Tolerance {
+pub const REPLAY_PRIORITY: Tolerance = Tolerance {
     atol: 0.0,
     rtol: 1.2e-7, // 2^-23: one float ulp relative
     exact: false,
@@ -60,7 +60,7 @@ pub const PER_PRIORITY: Tolerance = Tolerance {
 
 /// Importance weights `(p_i / p_min)^-beta` in [0, 1]: double pow rounded once to float on the
 /// GPU against the f64 oracle; float32 policy defaults.
-pub const PER_IS_WEIGHT: Tolerance =
+pub const REPLAY_IS_WEIGHT: Tolerance =
     Tolerance::float32("double pow rounded once to float; float32 defaults of the numerics policy");
 
 /// The FlashAttention rule for reductions and GEMMs: the GPU's max error against the f64

@@ -1,6 +1,7 @@
 //! The environment's spec on hand-made markets: what a fill, a barrier and a reset do,
 //! checked against values worked out by hand.
 
+use tallyho_oracle::action::*;
 use tallyho_oracle::env::*;
 
 /// Five bars, flat mid 100 (bid 99.75, ask 100.25), high 101, low 99, volatility 0.5.
@@ -161,9 +162,9 @@ fn greedy_selection_takes_the_lowest_best_action_and_epsilon_one_explores_unifor
     let c = cfg(3000);
     let st = flat(&c);
     let q: Vec<f32> = (0..3000).flat_map(|_| [1.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0, f32::NAN, 5.0, -1.0, 5.0]).collect();
-    let greedy = action_select(c.seed, &[3, 5, 3], 0.0, &q, &st);
+    let greedy = action_select(c.seed, &ACTION_BRANCHES, 0.0, &q, &st);
     assert!(greedy.chunks(3).all(|a| a == [1, 0, 0]), "{:?}", &greedy[..3]);
-    let random = action_select(c.seed, &[3, 5, 3], 1.0, &q, &st);
+    let random = action_select(c.seed, &ACTION_BRANCHES, 1.0, &q, &st);
     for (k, n) in [(0, 3), (1, 5), (2, 3)] {
         for j in 0..n {
             let share = random.chunks(3).filter(|a| a[k] == j).count() as f64 / 3000.0;
@@ -188,7 +189,7 @@ fn state_gather_appends_the_portfolio_to_the_bar_features() {
 
 #[test]
 fn configs_and_splits_are_validated_with_the_fix() {
-    let branches = [3, 5, 3];
+    let branches = ACTION_BRANCHES;
     assert!(EnvConfig::default().validate(&branches).is_ok());
     let err = EnvConfig::default().validate(&[3, 5]).unwrap_err().to_string();
     assert!(err.contains("use branches [3, n, 3]"), "{err}");

@@ -1,7 +1,5 @@
 //! Features and targets: causal, normalised on the training split only, targets one bar ahead.
 
-use std::path::{Path, PathBuf};
-
 use tallyho_oracle::features::{self, FeatureConfig, Market, FEATURE_DIM, FEATURE_NAMES, WARMUP};
 use tallyho_oracle::market::{self, Bars, MarketError, SyntheticConfig};
 
@@ -184,9 +182,7 @@ fn too_few_bars_are_refused_with_the_counts() {
 
 #[test]
 fn the_real_es_data_gives_finite_features() {
-    let dir: PathBuf = std::env::var_os("TALLYHO_SHARED_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"));
+    let dir = tallyho_oracle::shared_data::dir().unwrap_or_else(|e| panic!("{e}"));
     let b = market::load(&dir.join("lean-es-minute-2013-10")).unwrap();
     let m = features::build(&b, &FeatureConfig::default()).unwrap();
     assert!(m.features.iter().all(|x| x.is_finite()));

@@ -9,13 +9,10 @@ const DAY_2013_10_07_MS: i64 = 1_381_104_000_000;
 const HEADER: &str = "timestamp,open,high,low,close,volume,bid,ask,bid_size,ask_size";
 const GOOD_ROW: &str = "1381104000,1676.5,1676.75,1676.5,1676.75,19,1676.5,1676.75,54,89";
 
-/// The real ES data: `$TALLYHO_SHARED_DATA/lean-es-minute-2013-10`, by default in the
-/// checkout's `../shared/data`.
+/// The real ES data: `lean-es-minute-2013-10` in the shared data folder
+/// ([`tallyho_oracle::shared_data::dir`]).
 fn lean_dir() -> PathBuf {
-    std::env::var_os("TALLYHO_SHARED_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
-        .join("lean-es-minute-2013-10")
+    tallyho_oracle::shared_data::dir().unwrap_or_else(|e| panic!("{e}")).join("lean-es-minute-2013-10")
 }
 
 /// A fresh, empty folder under the system temp dir, unique per test and process.

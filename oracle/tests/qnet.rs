@@ -5,8 +5,9 @@
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tallyho_oracle::per::Transitions;
-use tallyho_oracle::qnet::{self, AdamState, Forward, QNetConfig, QNetError};
+use tallyho_oracle::optimizer::{self, AdamState};
+use tallyho_oracle::qnet::{self, Forward, QNetConfig, QNetError};
+use tallyho_oracle::replay::Transitions;
 
 /// A small network: S = 5, h1 = 7, h2 = 6, vh = 4, ah = 3, branches [3, 2, 2].
 fn small(atoms: usize) -> QNetConfig {
@@ -279,7 +280,7 @@ fn adam_first_step_moves_each_parameter_by_lr_times_the_sign() {
     let mut p = [1.0, -0.5, 0.25, 0.0, 3.0];
     let before = p;
     let mut st = AdamState::new(p.len());
-    qnet::adam_step(&cfg, &mut p, &g, &mut st);
+    optimizer::adam_step(&cfg, &mut p, &g, &mut st);
     assert_eq!(st.step, 1);
     for i in 0..p.len() {
         let moved = before[i] - p[i];
@@ -299,7 +300,7 @@ fn adam_steps_decrease_a_quadratic() {
     let mut last = f(&p);
     for step in 0..20 {
         let g: Vec<f64> = p.iter().zip(&goal).zip(&c).map(|((x, t), c)| c * (x - t)).collect();
-        qnet::adam_step(&cfg, &mut p, &g, &mut st);
+        optimizer::adam_step(&cfg, &mut p, &g, &mut st);
         let now = f(&p);
         assert!(now < last, "step {step}: {now} >= {last}");
         last = now;
@@ -309,11 +310,11 @@ fn adam_steps_decrease_a_quadratic() {
 #[test]
 fn clipping_scales_to_max_norm_above_it_and_leaves_gradients_below_it() {
     let mut g = vec![12.0, -16.0]; // norm 20
-    let scale = qnet::clip_grads(&mut g, 10.0);
-    assert!((qnet::grad_norm(&g) - 10.0).abs() <= 10.0 * 1e-6, "norm {}", qnet::grad_norm(&g));
+    let scale = optimizer::clip_grads(&mut g, 10.0);
+    assert!((optimizer::grad_norm(&g) - 10.0).abs() <= 10.0 * 1e-6, "norm {}", optimizer::grad_norm(&g));
     assert!((scale - 0.5).abs() < 1e-7);
     let mut g = vec![3.0, 4.0]; // norm 5
-    assert_eq!(qnet::clip_grads(&mut g, 10.0), 1.0);
+    assert_eq!(optimizer::clip_grads(&mut g, 10.0), 1.0);
     assert_eq!(g, vec![3.0, 4.0]);
 }
 
@@ -321,12 +322,12 @@ fn clipping_scales_to_max_norm_above_it_and_leaves_gradients_below_it() {
 fn target_sync_copies_or_averages() {
     let online = [1.0f32, -2.0, 4.0];
     let mut target = [0.0f32, 0.0, 2.0];
-    qnet::target_sync(&online, &mut target, Some(0.5));
+    optimizer::target_sync(&online, &mut target, Some(0.5));
     assert_eq!(target, [0.5, -1.0, 3.0]);
-    qnet::target_sync(&online, &mut target, Some(1.0));
+    optimizer::target_sync(&online, &mut target, Some(1.0));
     assert_eq!(target, online);
     let mut target = [9.0f32; 3];
-    qnet::target_sync(&online, &mut target, None);
+    optimizer::target_sync(&online, &mut target, None);
     assert_eq!(target, online);
 }
 

@@ -29,8 +29,9 @@ use cudarc::driver::{CudaGraph, CudaSlice};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::fmt::Write as _;
-use tallyho_oracle::per::{Transitions, ACTION_BRANCHES};
-use tallyho_oracle::PerConfig;
+use tallyho_oracle::action::BRANCH_COUNT;
+use tallyho_oracle::replay::Transitions;
+use tallyho_oracle::ReplayConfig;
 
 /// Capacities and batches of the full run, and of a quick (smoke) run.
 const CAPACITIES: [usize; 2] = [1 << 17, 1 << 20];
@@ -83,7 +84,7 @@ pub fn bench_per(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     for &capacity in capacities {
         for &batch in batches {
             let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ ((capacity as u64) << 20) ^ batch as u64);
-            let cfg = PerConfig { capacity, batch, state_dim: STATE_DIM, ..PerConfig::default() };
+            let cfg = ReplayConfig { capacity, batch, state_dim: STATE_DIM, ..ReplayConfig::default() };
             let mut per = PerBuffer::new(gpu, &cfg, MAX_INSERT)?;
             let td = gpu.stream.clone_htod(&random_td(&mut rng, batch))?;
             fill_and_skew(&mut per, &td, &mut rng)?;
@@ -372,7 +373,7 @@ fn fill_and_skew(per: &mut PerBuffer, td: &CudaSlice<f32>, rng: &mut ChaCha8Rng)
 fn random_transitions(rng: &mut ChaCha8Rng, n: usize) -> Transitions {
     let mut t = Transitions::zeros(n, STATE_DIM);
     t.states.iter_mut().chain(t.next_states.iter_mut()).for_each(|x| *x = rng.gen_range(-1.0..1.0));
-    t.actions.iter_mut().for_each(|a| *a = rng.gen_range(0..ACTION_BRANCHES as i32));
+    t.actions.iter_mut().for_each(|a| *a = rng.gen_range(0..BRANCH_COUNT as i32));
     t.rewards.iter_mut().for_each(|r| *r = rng.gen_range(-1.0..1.0));
     t.dones.iter_mut().for_each(|d| *d = if rng.gen_bool(0.05) { 1.0 } else { 0.0 });
     t

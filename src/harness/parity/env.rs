@@ -13,7 +13,7 @@ use tallyho_oracle::env::{self as spec, EnvConfig, EnvMarket, EnvState, Fills, O
 use tallyho_oracle::{compare_bitwise, compare_exact, Comparison};
 
 /// The action branches of every environment check (direction, size, order type).
-pub const BRANCHES: [usize; 3] = [3, 5, 3];
+pub const BRANCHES: [usize; 3] = tallyho_oracle::action::ACTION_BRANCHES;
 
 /// Sizes and seed of one environment case.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

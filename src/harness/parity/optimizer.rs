@@ -17,7 +17,9 @@ pub const ONE_ULP: tallyho_oracle::Tolerance =
 /// `qnet_grad_norm` on `n` gradients of magnitude `scale`: norm and clip scale within one
 /// ulp of the oracle's, the step advanced by one.
 pub fn check_qnet_grad_norm(gpu: &Gpu, n: usize, scale: f32, seed: u64) -> Result<Vec<Comparison>> {
-    use tallyho_oracle::qnet::{clip_grads, grad_norm, QNetConfig};
+    use tallyho_oracle::optimizer::grad_norm;
+    use tallyho_oracle::optimizer::clip_grads;
+    use tallyho_oracle::qnet::QNetConfig;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cfg = QNetConfig::default();
     let g = uniform(&mut rng, n, scale);
@@ -36,7 +38,10 @@ pub fn check_qnet_grad_norm(gpu: &Gpu, n: usize, scale: f32, seed: u64) -> Resul
 
 /// One `qnet_grad_norm` + `qnet_adam` step from random parameters, moments and step count.
 pub fn check_qnet_adam(gpu: &Gpu, n: usize, step: u32, grad_scale: f32, seed: u64) -> Result<Vec<Comparison>> {
-    use tallyho_oracle::qnet::{adam_step, clip_grads, AdamState, QNetConfig};
+    use tallyho_oracle::optimizer::clip_grads;
+    use tallyho_oracle::optimizer::AdamState;
+    use tallyho_oracle::optimizer::adam_step;
+    use tallyho_oracle::qnet::QNetConfig;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cfg = QNetConfig { lr: 1e-3, ..QNetConfig::default() };
     let (p, g, m) = (uniform(&mut rng, n, 1.0), uniform(&mut rng, n, grad_scale), uniform(&mut rng, n, 0.1));
@@ -61,7 +66,8 @@ pub fn check_qnet_adam(gpu: &Gpu, n: usize, step: u32, grad_scale: f32, seed: u6
 
 /// `qnet_target_sync`, hard copy and Polyak averages, bitwise against the oracle.
 pub fn check_qnet_target_sync(gpu: &Gpu, n: usize, seed: u64) -> Result<Vec<Comparison>> {
-    use tallyho_oracle::qnet::{target_sync, QNetConfig};
+    use tallyho_oracle::optimizer::target_sync;
+    use tallyho_oracle::qnet::QNetConfig;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (online, target) = (uniform(&mut rng, n, 1.0), uniform(&mut rng, n, 1.0));
     let opt = crate::optimizer::Optimizer::new(gpu, &QNetConfig::default(), n)?;

@@ -7,7 +7,7 @@ use crate::qnet::Products;
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tallyho_oracle::per::Transitions;
+use tallyho_oracle::replay::Transitions;
 use tallyho_oracle::qnet::branch_rows;
 use tallyho_oracle::{compare_exact, compare_f32, Comparison};
 
@@ -354,7 +354,8 @@ pub fn check_qnet_backward(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>
 /// says the first step that failed.
 pub fn check_qnet_update(gpu: &Gpu, case: &QNetCase, steps: u32) -> Result<Vec<Comparison>> {
     use tallyho_oracle::compare_rel_norm;
-    use tallyho_oracle::qnet::{self as spec, AdamState};
+    use tallyho_oracle::optimizer::AdamState;
+    use tallyho_oracle::qnet as spec;
     use tallyho_oracle::tolerance::{gemm_chain, QNET_TRAJECTORY};
     let mut st = QNetSetup::new(gpu, case)?;
     let cfg = st.cfg.clone();

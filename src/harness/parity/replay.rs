@@ -1,4 +1,4 @@
-//! GPU-vs-oracle checks of the replay buffer's kernels (spec: tallyho_oracle::per): random
+//! GPU-vs-oracle checks of the replay buffer's kernels (spec: tallyho_oracle::replay): random
 //! valid states and transitions, `per_insert`, `per_sample`, `per_gather` and
 //! `per_update_priorities` against the oracle, and the statistics the sampler's tests use.
 
@@ -7,9 +7,10 @@ use crate::replay::PerBuffer;
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tallyho_oracle::per::{self, PerState, Transitions, ACTION_BRANCHES};
-use tallyho_oracle::tolerance::{PER_IS_WEIGHT, PER_PRIORITY};
-use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, Comparison, PerConfig};
+use tallyho_oracle::action::BRANCH_COUNT;
+use tallyho_oracle::replay::{self as replay_spec, ReplayState, Transitions};
+use tallyho_oracle::tolerance::{REPLAY_IS_WEIGHT, REPLAY_PRIORITY};
+use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, Comparison, ReplayConfig};
 
 /// Sizes and seed of one replay case.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,14 +22,14 @@ pub struct PerCase {
 }
 
 impl PerCase {
-    pub fn config(&self) -> PerConfig {
-        PerConfig {
+    pub fn config(&self) -> ReplayConfig {
+        ReplayConfig {
             capacity: self.capacity,
             state_dim: self.state_dim,
             batch: self.batch,
             seed: self.seed,
             beta_steps: 1000,
-            ..PerConfig::default()
+            ..ReplayConfig::default()
         }
     }
 
@@ -50,7 +51,7 @@ pub fn random_transitions(rng: &mut impl Rng, n: usize, state_dim: usize) -> Tra
     let mut t = Transitions::zeros(n, state_dim);
     t.states.iter_mut().chain(t.next_states.iter_mut()).for_each(|x| *x = rng.gen_range(-2.0..2.0));
     for (k, a) in t.actions.iter_mut().enumerate() {
-        *a = rng.gen_range(0..[3, 5, 3][k % ACTION_BRANCHES]);
+        *a = rng.gen_range(0..(tallyho_oracle::action::ACTION_BRANCHES[k % BRANCH_COUNT] as i32));
     }
     t.rewards.iter_mut().for_each(|x| *x = rng.gen_range(-1.0..1.0));
     t.dones.iter_mut().for_each(|x| *x = if rng.gen_bool(0.1) { 1.0 } else { 0.0 });
@@ -59,8 +60,8 @@ pub fn random_transitions(rng: &mut impl Rng, n: usize, state_dim: usize) -> Tra
 
 /// A random replay state: random fill level (full or not), cursor anywhere, priorities
 /// spread over four decades, a consistent sum tree, a random sample step.
-pub fn random_state(cfg: &PerConfig, rng: &mut impl Rng) -> PerState {
-    let mut st = PerState::new(cfg);
+pub fn random_state(cfg: &ReplayConfig, rng: &mut impl Rng) -> ReplayState {
+    let mut st = ReplayState::new(cfg);
     let c = cfg.capacity;
     let size = if rng.gen_bool(0.5) { c } else { rng.gen_range(1..=c) };
     st.store = random_transitions(rng, c, cfg.state_dim);
@@ -74,7 +75,7 @@ pub fn random_state(cfg: &PerConfig, rng: &mut impl Rng) -> PerState {
 }
 
 /// Set leaves `0..p.len()` to `p`, the rest to 0, and rebuild the tree.
-pub fn set_leaves(st: &mut PerState, p: &[f32]) {
+pub fn set_leaves(st: &mut ReplayState, p: &[f32]) {
     let l = st.cfg.leaves();
     st.tree.fill(0.0);
     st.tree[l..l + p.len()].copy_from_slice(p);
@@ -85,7 +86,7 @@ pub fn set_leaves(st: &mut PerState, p: &[f32]) {
 pub fn sum_tree_build(tree: &mut [f32]) {
     let l = tree.len() / 2;
     let all: Vec<u32> = (0..l as u32).collect();
-    per::sum_tree_refresh(tree, l, &all);
+    replay_spec::sum_tree_refresh(tree, l, &all);
 }
 
 fn leaves_of(tree: &[f32]) -> &[f32] {
@@ -104,7 +105,7 @@ pub fn compare_transitions(got: &Transitions, want: &Transitions) -> Vec<Compari
 }
 
 /// The whole replay state compared bitwise.
-pub fn compare_states(got: &PerState, want: &PerState) -> Vec<Comparison> {
+pub fn compare_states(got: &ReplayState, want: &ReplayState) -> Vec<Comparison> {
     let mut c = compare_transitions(&got.store, &want.store);
     c.push(compare_bitwise("tree", &got.tree, &want.tree));
     c.push(compare_exact("ctl", &crate::replay::ctl_words(&got.ctl), &crate::replay::ctl_words(&want.ctl)));
@@ -112,13 +113,13 @@ pub fn compare_states(got: &PerState, want: &PerState) -> Vec<Comparison> {
 }
 
 /// `per_insert` of `n` random transitions into `st`.
-pub fn check_per_insert_on(gpu: &Gpu, st: &PerState, batch: &Transitions) -> Result<Vec<Comparison>> {
+pub fn check_per_insert_on(gpu: &Gpu, st: &ReplayState, batch: &Transitions) -> Result<Vec<Comparison>> {
     let mut buf = PerBuffer::new(gpu, &st.cfg, batch.len().max(1))?;
     buf.upload_state(st)?;
     buf.insert_host(batch)?;
     let got = buf.download_state()?;
     let mut want = st.clone();
-    per::per_insert(&mut want, batch);
+    replay_spec::replay_insert(&mut want, batch);
     Ok(compare_states(&got, &want))
 }
 
@@ -130,8 +131,8 @@ pub fn check_per_insert(gpu: &Gpu, case: &PerCase, n: usize) -> Result<Vec<Compa
     check_per_insert_on(gpu, &st, &batch)
 }
 
-/// `per_sample` from `st`: indices exact, weights within PER_IS_WEIGHT, sample step exact.
-pub fn check_per_sample_on(gpu: &Gpu, st: &PerState) -> Result<Vec<Comparison>> {
+/// `per_sample` from `st`: indices exact, weights within REPLAY_IS_WEIGHT, sample step exact.
+pub fn check_per_sample_on(gpu: &Gpu, st: &ReplayState) -> Result<Vec<Comparison>> {
     let mut buf = PerBuffer::new(gpu, &st.cfg, 1)?;
     buf.upload_state(st)?;
     buf.poison_outputs()?;
@@ -139,10 +140,10 @@ pub fn check_per_sample_on(gpu: &Gpu, st: &PerState) -> Result<Vec<Comparison>> 
     let (idx, w) = buf.read_sample()?;
     let ctl = buf.ctl()?;
     let mut want = st.clone();
-    let s = per::per_sample(&mut want);
+    let s = replay_spec::replay_sample(&mut want);
     Ok(vec![
         compare_exact("indices", &idx, &s.indices),
-        compare_f32("weights", &w, &s.weights, PER_IS_WEIGHT),
+        compare_f32("weights", &w, &s.weights, REPLAY_IS_WEIGHT),
         compare_exact("sample_step", &[ctl.sample_step], &[want.ctl.sample_step]),
     ])
 }
@@ -164,13 +165,13 @@ pub fn check_per_gather(gpu: &Gpu, case: &PerCase) -> Result<Vec<Comparison>> {
     buf.set_indices(&indices)?;
     buf.gather()?;
     let got = buf.batch.download(&gpu.stream)?;
-    Ok(compare_transitions(&got, &per::per_gather(&st, &indices)))
+    Ok(compare_transitions(&got, &replay_spec::replay_gather(&st, &indices)))
 }
 
-/// `per_update_priorities` of `indices` with `td_abs` on `st`: leaves within PER_PRIORITY
+/// `per_update_priorities` of `indices` with `td_abs` on `st`: leaves within REPLAY_PRIORITY
 /// (the last occurrence of a repeated index winning), every internal node bitwise the sum of
-/// its children, max priority within PER_PRIORITY, the scratch left all zero.
-pub fn check_per_update_priorities_on(gpu: &Gpu, st: &PerState, indices: &[u32], td_abs: &[f32]) -> Result<Vec<Comparison>> {
+/// its children, max priority within REPLAY_PRIORITY, the scratch left all zero.
+pub fn check_per_update_priorities_on(gpu: &Gpu, st: &ReplayState, indices: &[u32], td_abs: &[f32]) -> Result<Vec<Comparison>> {
     let mut buf = PerBuffer::new(gpu, &st.cfg, 1)?;
     buf.upload_state(st)?;
     buf.set_indices(indices)?;
@@ -181,7 +182,7 @@ pub fn check_per_update_priorities_on(gpu: &Gpu, st: &PerState, indices: &[u32],
     let winner = buf.winner_scratch()?;
 
     let mut want = st.clone();
-    let p = per::per_update_priorities(&mut want, indices, td_abs);
+    let p = replay_spec::replay_update_priorities(&mut want, indices, td_abs);
     let mut want_leaves: Vec<f64> = leaves_of(&st.tree).iter().map(|&x| f64::from(x)).collect();
     for (&i, &pj) in indices.iter().zip(&p) {
         want_leaves[i as usize] = pj;
@@ -190,9 +191,9 @@ pub fn check_per_update_priorities_on(gpu: &Gpu, st: &PerState, indices: &[u32],
     let mut rebuilt = tree.clone();
     sum_tree_build(&mut rebuilt);
     Ok(vec![
-        compare_f32("leaves", leaves_of(&tree), &want_leaves, PER_PRIORITY),
+        compare_f32("leaves", leaves_of(&tree), &want_leaves, REPLAY_PRIORITY),
         compare_bitwise("tree", &tree, &rebuilt),
-        compare_f32("max_priority", &[ctl.max_priority], &[want_max], PER_PRIORITY),
+        compare_f32("max_priority", &[ctl.max_priority], &[want_max], REPLAY_PRIORITY),
         compare_exact("ctl", &[ctl.cursor, ctl.size, ctl.sample_step], &[want.ctl.cursor, want.ctl.size, want.ctl.sample_step]),
         compare_exact("winner_scratch", &winner, &vec![0; winner.len()]),
     ])

@@ -1,10 +1,11 @@
 //! Prioritized experience replay (Schaul et al. 2016, "Prioritized Experience Replay"): the
-//! spec of the `per_*` kernels in cuda/ and their launchers in src/replay.rs.
+//! spec of the `replay_*` kernels in cuda/ (insert, sample, gather, update priorities) and
+//! their launchers in src/replay.rs.
 //!
 //! Storage is a ring of capacity C. Each slot holds a transition (s, a, r, s', done): the
 //! state and next state as `S` f32 each (f32, not bf16, so that the gather is a bitwise copy
 //! the oracle checks exactly; at the default sizes the ring is a few hundred MB of the
-//! H200's 141 GB), the three action branches (direction, size, order type) as i32, the reward
+//! H200's 141 GB), the [`BRANCH_COUNT`] action branches (direction, size, order type) as i32, the reward
 //! as f32 and done as f32 0/1 (read directly as `1 - done` by the loss).
 //!
 //! Priorities live in a sum tree of `L = next_pow2(C)` leaves stored as `2L` f32: node 1 is
@@ -13,20 +14,104 @@
 //! children, computed in exactly that order whenever a leaf below it changes, so the tree is
 //! a deterministic function of its leaves and the oracle reproduces every node bit for bit.
 //!
-//! The control block `PerCtl` (cursor, size, sample step, running max priority) lives in
+//! The control block `ReplayCtl` (cursor, size, sample step, running max priority) lives in
 //! device memory and is advanced only by kernels, so the whole path can be captured in a
 //! CUDA graph and replayed without any host value changing.
 
-use crate::config::PerConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::action::BRANCH_COUNT;
+use crate::config::ConfigError;
 use crate::philox::{self, stream};
 
-/// Number of action branches stored per transition: direction, size, order type.
-pub const ACTION_BRANCHES: usize = 3;
+/// The prioritized replay buffer (Schaul et al. 2016, "Prioritized Experience Replay").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplayConfig {
+    /// Ring capacity C (transitions).
+    pub capacity: usize,
+    /// State width S (floats per state).
+    pub state_dim: usize,
+    /// Batch size B of one sample.
+    pub batch: usize,
+    /// Priority exponent alpha: p = (|delta| + eps)^alpha.
+    pub alpha: f32,
+    /// Priority offset eps, so that no transition starves (0 allowed: then |delta| = 0 is never drawn).
+    pub eps: f32,
+    /// Initial importance exponent beta_0, annealed linearly to 1.
+    pub beta0: f32,
+    /// Number of samples over which beta reaches 1 (0: beta = 1 from the start).
+    pub beta_steps: u32,
+    /// Run seed: the Philox key.
+    pub seed: u64,
+}
 
-/// The replay's device-resident control block, mirrored by `struct PerCtl` in cuda/common/per.cuh.
+pub const MAX_CAPACITY: usize = 1 << 30;
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            capacity: 1 << 17,
+            state_dim: 32,
+            batch: 256,
+            alpha: 0.6,
+            eps: 1e-6,
+            beta0: 0.4,
+            beta_steps: 100_000,
+            seed: 0x7a11_1b0,
+        }
+    }
+}
+
+impl ReplayConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, v) in [("capacity", self.capacity), ("state_dim", self.state_dim), ("batch", self.batch)] {
+            if v == 0 {
+                return Err(ConfigError::Zero { name });
+            }
+        }
+        if self.capacity < 4 * self.batch {
+            return Err(ConfigError::CapacityBelowFourBatches {
+                capacity: self.capacity,
+                batch: self.batch,
+                need: 4 * self.batch,
+            });
+        }
+        if self.capacity > MAX_CAPACITY {
+            return Err(ConfigError::CapacityTooLarge { capacity: self.capacity, max: MAX_CAPACITY });
+        }
+        let ranges = [
+            ("alpha", self.alpha, 0.0, 1.0, "[0, 1]", "use 0 for uniform sampling, up to 1 for fully proportional"),
+            ("eps", self.eps, 0.0, 1.0, "[0, 1]", "a small positive offset such as 1e-6"),
+            ("beta0", self.beta0, 0.0, 1.0, "[0, 1]", "a start value such as 0.4"),
+        ];
+        for (name, v, lo, hi, range, fix) in ranges {
+            if !(lo..=hi).contains(&v) {
+                return Err(ConfigError::OutOfRange { name, value: f64::from(v), range, fix });
+            }
+        }
+        Ok(())
+    }
+
+    /// Leaves of the sum tree: the capacity rounded up to a power of two.
+    pub fn leaves(&self) -> usize {
+        self.capacity.next_power_of_two()
+    }
+
+    /// Per-sample beta increment, rounded once to float; both sides use this value.
+    pub fn beta_increment(&self) -> f32 {
+        if self.beta_steps == 0 {
+            1.0
+        } else {
+            ((1.0 - f64::from(self.beta0)) / f64::from(self.beta_steps)) as f32
+        }
+    }
+}
+
+/// The replay's device-resident control block, mirrored by `struct ReplayCtl` in
+/// cuda/common/replay.cuh.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
-pub struct PerCtl {
+pub struct ReplayCtl {
     /// Next slot to write.
     pub cursor: u32,
     /// Number of valid transitions, at most C.
@@ -37,9 +122,9 @@ pub struct PerCtl {
     pub max_priority: f32,
 }
 
-impl Default for PerCtl {
+impl Default for ReplayCtl {
     fn default() -> Self {
-        PerCtl { cursor: 0, size: 0, sample_step: 0, max_priority: 1.0 }
+        ReplayCtl { cursor: 0, size: 0, sample_step: 0, max_priority: 1.0 }
     }
 }
 
@@ -58,7 +143,7 @@ impl Transitions {
         Transitions {
             states: vec![0.0; n * state_dim],
             next_states: vec![0.0; n * state_dim],
-            actions: vec![0; n * ACTION_BRANCHES],
+            actions: vec![0; n * BRANCH_COUNT],
             rewards: vec![0.0; n],
             dones: vec![0.0; n],
         }
@@ -76,7 +161,7 @@ impl Transitions {
     fn copy_row(&mut self, to: usize, src: &Transitions, from: usize, s: usize) {
         self.states[to * s..(to + 1) * s].copy_from_slice(&src.states[from * s..(from + 1) * s]);
         self.next_states[to * s..(to + 1) * s].copy_from_slice(&src.next_states[from * s..(from + 1) * s]);
-        let a = ACTION_BRANCHES;
+        let a = BRANCH_COUNT;
         self.actions[to * a..(to + 1) * a].copy_from_slice(&src.actions[from * a..(from + 1) * a]);
         self.rewards[to] = src.rewards[from];
         self.dones[to] = src.dones[from];
@@ -85,11 +170,11 @@ impl Transitions {
 
 /// The whole replay state: what the GPU holds, on the host.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PerState {
-    pub cfg: PerConfig,
+pub struct ReplayState {
+    pub cfg: ReplayConfig,
     pub store: Transitions,
     pub tree: Vec<f32>,
-    pub ctl: PerCtl,
+    pub ctl: ReplayCtl,
 }
 
 /// One sample: indices, importance weights, and the thresholds they came from.
@@ -100,13 +185,13 @@ pub struct Sample {
     pub weights: Vec<f64>,
 }
 
-impl PerState {
-    pub fn new(cfg: &PerConfig) -> Self {
-        PerState {
+impl ReplayState {
+    pub fn new(cfg: &ReplayConfig) -> Self {
+        ReplayState {
             cfg: cfg.clone(),
             store: Transitions::zeros(cfg.capacity, cfg.state_dim),
             tree: vec![0.0; 2 * cfg.leaves()],
-            ctl: PerCtl::default(),
+            ctl: ReplayCtl::default(),
         }
     }
 
@@ -137,10 +222,10 @@ pub fn sum_tree_is_consistent(tree: &[f32]) -> bool {
     (1..leaves).all(|n| tree[n].to_bits() == (tree[2 * n] + tree[2 * n + 1]).to_bits())
 }
 
-/// `per_insert`: write the `n` transitions at slots `(cursor + j) mod C`, give each the running
+/// `replay_insert`: write the `n` transitions at slots `(cursor + j) mod C`, give each the running
 /// max priority, refresh their ancestors, then `cursor <- (cursor + n) mod C` and
 /// `size <- min(size + n, C)`. Requires `n <= C` (a larger batch would overwrite itself).
-pub fn per_insert(st: &mut PerState, batch: &Transitions) {
+pub fn replay_insert(st: &mut ReplayState, batch: &Transitions) {
     let (c, s, l) = (st.cfg.capacity, st.cfg.state_dim, st.cfg.leaves());
     let n = batch.len();
     debug_assert!(n <= c, "insert of {n} transitions exceeds capacity {c}: callers validate");
@@ -155,19 +240,19 @@ pub fn per_insert(st: &mut PerState, batch: &Transitions) {
 }
 
 /// Importance exponent at a sample step: `min(1, fma(step, beta_inc, beta0))` in float, with
-/// `beta_inc = (1 - beta0) / beta_steps` rounded once (`PerConfig::beta_increment`).
-pub fn per_beta(cfg: &PerConfig, step: u32) -> f32 {
+/// `beta_inc = (1 - beta0) / beta_steps` rounded once (`ReplayConfig::beta_increment`).
+pub fn replay_beta(cfg: &ReplayConfig, step: u32) -> f32 {
     (step as f32).mul_add(cfg.beta_increment(), cfg.beta0).min(1.0)
 }
 
 /// Stratified thresholds in [0, total): `t_i = (i + u_i) * (total / B)` in float, each
-/// operation rounded to nearest, with `u_i = u01(word 0 of philox((i, step, PER_SAMPLE, 0), seed))`.
+/// operation rounded to nearest, with `u_i = u01(word 0 of philox((i, step, REPLAY_SAMPLE, 0), seed))`.
 /// One threshold per stratum keeps the batch spread over the whole priority mass.
-pub fn per_thresholds(total: f32, batch: usize, seed: u64, step: u32) -> Vec<f32> {
+pub fn replay_thresholds(total: f32, batch: usize, seed: u64, step: u32) -> Vec<f32> {
     let seg = total / batch as f32;
     (0..batch)
         .map(|i| {
-            let u = philox::u01(philox::draw(seed, i as u32, step, stream::PER_SAMPLE)[0]);
+            let u = philox::u01(philox::draw(seed, i as u32, step, stream::REPLAY_SAMPLE)[0]);
             (i as f32 + u) * seg
         })
         .collect()
@@ -195,27 +280,27 @@ pub fn sum_tree_descend(tree: &[f32], leaves: usize, mut t: f32) -> u32 {
 /// Importance weights normalised by their batch maximum: `w_i = (N P_i)^-beta / max_j (N P_j)^-beta
 /// = (p_i / p_min)^-beta`, with `p` the sampled leaf priorities and `p_min` the batch minimum
 /// (N and the total cancel). Evaluated in f64.
-pub fn per_is_weights(priorities: &[f32], beta: f32) -> Vec<f64> {
+pub fn replay_is_weights(priorities: &[f32], beta: f32) -> Vec<f64> {
     let p_min = priorities.iter().copied().fold(f32::INFINITY, f32::min);
     priorities.iter().map(|&p| (f64::from(p) / f64::from(p_min)).powf(-f64::from(beta))).collect()
 }
 
-/// `per_sample`: B thresholds by Philox at the current sample step, a descent for each, the
+/// `replay_sample`: B thresholds by Philox at the current sample step, a descent for each, the
 /// importance weights with beta at that step; then the sample step advances by one.
 /// Requires `size >= 1` (a positive total).
-pub fn per_sample(st: &mut PerState) -> Sample {
+pub fn replay_sample(st: &mut ReplayState) -> Sample {
     let cfg = &st.cfg;
     let step = st.ctl.sample_step;
-    let thresholds = per_thresholds(st.total(), cfg.batch, cfg.seed, step);
+    let thresholds = replay_thresholds(st.total(), cfg.batch, cfg.seed, step);
     let indices: Vec<u32> = thresholds.iter().map(|&t| sum_tree_descend(&st.tree, cfg.leaves(), t)).collect();
     let priorities: Vec<f32> = indices.iter().map(|&i| st.leaf(i as usize)).collect();
-    let weights = per_is_weights(&priorities, per_beta(cfg, step));
+    let weights = replay_is_weights(&priorities, replay_beta(cfg, step));
     st.ctl.sample_step = step.wrapping_add(1);
     Sample { thresholds, indices, weights }
 }
 
-/// `per_gather`: the transitions at `indices`, in batch order.
-pub fn per_gather(st: &PerState, indices: &[u32]) -> Transitions {
+/// `replay_gather`: the transitions at `indices`, in batch order.
+pub fn replay_gather(st: &ReplayState, indices: &[u32]) -> Transitions {
     let mut out = Transitions::zeros(indices.len(), st.cfg.state_dim);
     for (j, &i) in indices.iter().enumerate() {
         out.copy_row(j, &st.store, i as usize, st.cfg.state_dim);
@@ -224,17 +309,17 @@ pub fn per_gather(st: &PerState, indices: &[u32]) -> Transitions {
 }
 
 /// Priority of a TD error: `(|delta| + eps)^alpha`, in f64.
-pub fn per_priority(td_abs: f32, alpha: f32, eps: f32) -> f64 {
+pub fn replay_priority(td_abs: f32, alpha: f32, eps: f32) -> f64 {
     (f64::from(td_abs.abs()) + f64::from(eps)).powf(f64::from(alpha))
 }
 
-/// `per_update_priorities`: for j = 0..B in order, `leaf[idx_j] <- round_f32(per_priority(td_j))`,
+/// `replay_update_priorities`: for j = 0..B in order, `leaf[idx_j] <- round_f32(replay_priority(td_j))`,
 /// so when an index repeats the last occurrence in the batch wins; the running max priority
 /// takes the max of every assigned priority; then the ancestors are refreshed. Returns the
 /// f64 priorities in batch order.
-pub fn per_update_priorities(st: &mut PerState, indices: &[u32], td_abs: &[f32]) -> Vec<f64> {
+pub fn replay_update_priorities(st: &mut ReplayState, indices: &[u32], td_abs: &[f32]) -> Vec<f64> {
     let l = st.cfg.leaves();
-    let p: Vec<f64> = td_abs.iter().map(|&d| per_priority(d, st.cfg.alpha, st.cfg.eps)).collect();
+    let p: Vec<f64> = td_abs.iter().map(|&d| replay_priority(d, st.cfg.alpha, st.cfg.eps)).collect();
     for (&i, &pj) in indices.iter().zip(&p) {
         st.tree[l + i as usize] = pj as f32;
         st.ctl.max_priority = st.ctl.max_priority.max(pj as f32);
@@ -247,8 +332,23 @@ pub fn per_update_priorities(st: &mut PerState, indices: &[u32], td_abs: &[f32])
 mod tests {
     use super::*;
 
-    fn cfg(capacity: usize, batch: usize) -> PerConfig {
-        PerConfig { capacity, batch, state_dim: 2, ..PerConfig::default() }
+    #[test]
+    fn capacity_below_four_batches_is_refused_with_the_fix() {
+        let cfg = ReplayConfig { capacity: 512, batch: 256, ..ReplayConfig::default() };
+        let msg = cfg.validate().unwrap_err().to_string();
+        assert_eq!(msg, "capacity 512 is below 4 x batch 256 (= 1024): raise --capacity or lower --batch");
+    }
+
+    #[test]
+    fn zero_sizes_and_out_of_range_constants_are_refused() {
+        assert!(ReplayConfig { state_dim: 0, ..ReplayConfig::default() }.validate().is_err());
+        assert!(ReplayConfig { alpha: 1.5, ..ReplayConfig::default() }.validate().is_err());
+        assert!(ReplayConfig { eps: f32::NAN, ..ReplayConfig::default() }.validate().is_err());
+        assert!(ReplayConfig::default().validate().is_ok());
+    }
+
+    fn cfg(capacity: usize, batch: usize) -> ReplayConfig {
+        ReplayConfig { capacity, batch, state_dim: 2, ..ReplayConfig::default() }
     }
 
     fn transitions(n: usize, s: usize, base: f32) -> Transitions {
@@ -262,9 +362,9 @@ mod tests {
 
     #[test]
     fn insert_wraps_around_the_ring_and_size_saturates() {
-        let mut st = PerState::new(&cfg(8, 2));
-        per_insert(&mut st, &transitions(6, 2, 0.0));
-        per_insert(&mut st, &transitions(5, 2, 100.0));
+        let mut st = ReplayState::new(&cfg(8, 2));
+        replay_insert(&mut st, &transitions(6, 2, 0.0));
+        replay_insert(&mut st, &transitions(5, 2, 100.0));
         assert_eq!((st.ctl.cursor, st.ctl.size), (3, 8));
         assert_eq!(&st.store.rewards[..4], &[102.0, 103.0, 104.0, 3.0]);
         assert_eq!(st.total(), 8.0);
@@ -273,8 +373,8 @@ mod tests {
 
     #[test]
     fn descent_never_lands_on_an_empty_leaf() {
-        let mut st = PerState::new(&cfg(13, 2));
-        per_insert(&mut st, &transitions(5, 2, 0.0));
+        let mut st = ReplayState::new(&cfg(13, 2));
+        replay_insert(&mut st, &transitions(5, 2, 0.0));
         // Thresholds at and past the total still land on a filled slot.
         for t in [0.0, 2.5, 4.999, 5.0, 7.0, f32::MAX] {
             let i = sum_tree_descend(&st.tree, st.cfg.leaves(), t);
@@ -284,28 +384,28 @@ mod tests {
 
     #[test]
     fn repeated_indices_take_the_last_priority() {
-        let mut st = PerState::new(&cfg(8, 2));
-        per_insert(&mut st, &transitions(8, 2, 0.0));
-        per_update_priorities(&mut st, &[3, 5, 3], &[0.5, 2.0, 0.25]);
-        let want = per_priority(0.25, st.cfg.alpha, st.cfg.eps) as f32;
+        let mut st = ReplayState::new(&cfg(8, 2));
+        replay_insert(&mut st, &transitions(8, 2, 0.0));
+        replay_update_priorities(&mut st, &[3, 5, 3], &[0.5, 2.0, 0.25]);
+        let want = replay_priority(0.25, st.cfg.alpha, st.cfg.eps) as f32;
         assert_eq!(st.leaf(3), want);
-        assert_eq!(st.ctl.max_priority, per_priority(2.0, st.cfg.alpha, st.cfg.eps) as f32);
+        assert_eq!(st.ctl.max_priority, replay_priority(2.0, st.cfg.alpha, st.cfg.eps) as f32);
         assert!(sum_tree_is_consistent(&st.tree));
     }
 
     #[test]
     fn weights_are_one_at_the_minimum_and_at_most_one() {
-        let w = per_is_weights(&[0.5, 2.0, 1.0], 0.4);
+        let w = replay_is_weights(&[0.5, 2.0, 1.0], 0.4);
         assert_eq!(w[0], 1.0);
         assert!(w.iter().all(|&x| x > 0.0 && x <= 1.0));
     }
 
     #[test]
     fn beta_anneals_to_one_and_stays() {
-        let c = PerConfig { beta0: 0.4, beta_steps: 10, ..PerConfig::default() };
-        assert_eq!(per_beta(&c, 0), 0.4);
-        assert!((per_beta(&c, 5) - 0.7).abs() < 1e-6);
-        assert_eq!(per_beta(&c, 10), 1.0);
-        assert_eq!(per_beta(&c, 1000), 1.0);
+        let c = ReplayConfig { beta0: 0.4, beta_steps: 10, ..ReplayConfig::default() };
+        assert_eq!(replay_beta(&c, 0), 0.4);
+        assert!((replay_beta(&c, 5) - 0.7).abs() < 1e-6);
+        assert_eq!(replay_beta(&c, 10), 1.0);
+        assert_eq!(replay_beta(&c, 1000), 1.0);
     }
 }

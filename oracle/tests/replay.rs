@@ -1,16 +1,16 @@
 //! Properties of the replay oracle itself: the invariants the kernels are held to.
 
 use proptest::prelude::*;
-use tallyho_oracle::per::{self, PerState, Transitions};
-use tallyho_oracle::PerConfig;
+use tallyho_oracle::replay::{self, ReplayState, Transitions};
+use tallyho_oracle::ReplayConfig;
 
-fn state_with(capacity: usize, batch: usize, leaves: &[f32], seed: u64) -> PerState {
-    let cfg = PerConfig { capacity, batch, state_dim: 1, seed, ..PerConfig::default() };
-    let mut st = PerState::new(&cfg);
+fn state_with(capacity: usize, batch: usize, leaves: &[f32], seed: u64) -> ReplayState {
+    let cfg = ReplayConfig { capacity, batch, state_dim: 1, seed, ..ReplayConfig::default() };
+    let mut st = ReplayState::new(&cfg);
     let l = cfg.leaves();
     st.tree[l..l + leaves.len()].copy_from_slice(leaves);
     let all: Vec<u32> = (0..l as u32).collect();
-    per::sum_tree_refresh(&mut st.tree, l, &all);
+    replay::sum_tree_refresh(&mut st.tree, l, &all);
     st.ctl.size = leaves.len() as u32;
     st
 }
@@ -32,8 +32,8 @@ proptest! {
         for (&i, &(_, p)) in touched.iter().zip(&changes) {
             st.tree[l + i as usize] = p;
         }
-        per::sum_tree_refresh(&mut st.tree, l, &touched);
-        prop_assert!(per::sum_tree_is_consistent(&st.tree));
+        replay::sum_tree_refresh(&mut st.tree, l, &touched);
+        prop_assert!(replay::sum_tree_is_consistent(&st.tree));
     }
 
     #[test]
@@ -43,7 +43,7 @@ proptest! {
         let capacity = p.len().max(4 * batch);
         let mut st = state_with(capacity, batch, &p, seed);
         st.ctl.sample_step = step;
-        let s = per::per_sample(&mut st);
+        let s = replay::replay_sample(&mut st);
         prop_assert_eq!(s.indices.len(), batch);
         for &i in &s.indices {
             prop_assert!((i as usize) < p.len() && p[i as usize] > 0.0, "index {} has priority 0 or is unfilled", i);
@@ -55,7 +55,7 @@ proptest! {
 
     #[test]
     fn thresholds_are_stratified_over_the_total(total in 1e-6f32..1e6, batch in 1usize..2000, seed in any::<u64>()) {
-        let t = per::per_thresholds(total, batch, seed, 0);
+        let t = replay::replay_thresholds(total, batch, seed, 0);
         let seg = f64::from(total) / batch as f64;
         for (i, &x) in t.iter().enumerate() {
             // Each threshold lies in its stratum, up to float rounding of (i + u) * seg.
@@ -66,15 +66,15 @@ proptest! {
 
     #[test]
     fn inserting_keeps_size_cursor_and_tree_consistent(inserts in prop::collection::vec(1usize..300, 1..12)) {
-        let cfg = PerConfig { capacity: 500, batch: 16, state_dim: 2, ..PerConfig::default() };
-        let mut st = PerState::new(&cfg);
+        let cfg = ReplayConfig { capacity: 500, batch: 16, state_dim: 2, ..ReplayConfig::default() };
+        let mut st = ReplayState::new(&cfg);
         let mut total = 0usize;
         for n in inserts {
-            per::per_insert(&mut st, &Transitions::zeros(n, 2));
+            replay::replay_insert(&mut st, &Transitions::zeros(n, 2));
             total += n;
             prop_assert_eq!(st.ctl.size as usize, total.min(500));
             prop_assert_eq!(st.ctl.cursor as usize, total % 500);
-            prop_assert!(per::sum_tree_is_consistent(&st.tree));
+            prop_assert!(replay::sum_tree_is_consistent(&st.tree));
             prop_assert_eq!(st.total(), st.ctl.size as f32 * st.ctl.max_priority);
         }
     }
