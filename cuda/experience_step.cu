@@ -12,7 +12,7 @@
 #include "common/qnet_act.cuh"
 
 // The rows' inputs gathered from the portfolios (and written to states and x); after the
-// Q-values, each env's step. A kernel argument: mirrors ExperienceEnv (src/env.rs), field
+// Q-values, each env's step. A kernel argument: mirrors ActEnv (src/env/args.rs), field
 // for field.
 struct ActEnv {
     const float* __restrict__ features;
@@ -38,10 +38,10 @@ struct ActEnv {
         if (threadIdx.x < here) env_step_env(first + threadIdx.x, q, br, branches_width(br), *io.epsilon, p, st, io);
     }
 };
-static_assert(sizeof(ActEnv) == 304, "ActEnv is mirrored field for field by src/env.rs");
+static_assert(sizeof(ActEnv) == 304, "ActEnv is mirrored field for field by src/env/args.rs");
 
 // The entry points, as qnet_act's: one per rows-per-block R = 16 MT and feed; `env` the
-// host's ExperienceEnv (src/env.rs), the rest as qnet_act's (y, the head outputs without
+// host's ActEnv (src/env/args.rs), the rest as qnet_act's (y, the head outputs without
 // bias, written if not null; q always).
 extern "C" __global__ void __launch_bounds__(ACT_THREADS, 1)
 experience_step_rows16(const ActEnv env, const float* __restrict__ params, const float* __restrict__ heads,

@@ -1,6 +1,6 @@
 // qnet_head: the end of the forward. For each network and row, the head-output row y (the
 // heads' output GEMMs, without bias) plus the bias (row H of the net's dense head matrix,
-// qnet_heads.cu) is the value v [NA] and each branch's advantages a_k [n_k, NA]; then per
+// qnet_head_matrix.cu) is the value v [NA] and each branch's advantages a_k [n_k, NA]; then per
 // branch the dueling logits
 //   logits_k[j, z] = (v[z] + a_k[j, z]) - (1/n_k) sum_j' a_k[j', z]
 // and for NA > 1 the log-softmax over z, probs = e / sum e with e = exp(logit - max) (equal to

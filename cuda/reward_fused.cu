@@ -1,4 +1,4 @@
-// reward_fused: the whole reward chain of cuda/reward_chain.cu in ONE launch, for any N.
+// reward_fused: the whole reward chain of cuda/reward_stages.cu in ONE launch, for any N.
 // Each thread runs the per-env stages (PnL delta, shaping, snapshot, |r|, duration,
 // outcome EMA, scaling: the scale is read before the controllers change it, as in the
 // chain) for its envs in index order and accumulates the six sums of the two reductions
@@ -8,7 +8,7 @@
 // on which block is last, then updates the EMAs, the controllers and the dispersion
 // statistic, and re-arms the ticket. So the results are the chain's, bit for bit, and the
 // same at every launch. Grid: at most 1024 blocks of REWARD_THREADS threads.
-// Oracle: reward::reward_chain (the spec of both paths).
+// Oracle: reward::reward_step (the spec of both paths).
 
 #include "common/reward.cuh"
 

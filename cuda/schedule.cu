@@ -5,12 +5,12 @@
 // anneals under graph replay with no host write. Oracle: schedule::schedule_epsilon.
 // Grid: one thread.
 
-// The schedule's constants, a kernel argument (mirrors src/env.rs EpsilonSchedule).
+// The schedule's constants, a kernel argument (mirrors src/env/args.rs EpsilonParams).
 struct EpsilonSchedule {
     float start, end;
     unsigned int steps;
 };
-static_assert(sizeof(EpsilonSchedule) == 12, "EpsilonSchedule is mirrored field for field by src/env.rs");
+static_assert(sizeof(EpsilonSchedule) == 12, "EpsilonSchedule is mirrored field for field by src/env/args.rs");
 
 extern "C" __global__ void schedule_epsilon(const EpsilonSchedule s, unsigned int* __restrict__ step,
                                             float* __restrict__ epsilon) {

@@ -34,7 +34,7 @@ pub enum Error {
     UnknownKernel(String),
     /// A cuBLASLt call failed at run time.
     #[error("cuBLASLt {op}: {detail}")]
-    Blas { op: String, detail: String },
+    Gemm { op: String, detail: String },
     /// An invalid configuration (the oracle's validation).
     #[error(transparent)]
     Config(#[from] ConfigError),

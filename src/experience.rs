@@ -33,7 +33,7 @@ pub enum ExperiencePath {
     Fused,
     /// Always the chain of three (`state_gather`, [`QNet::act`], `env_step`): the
     /// verification path that checks the one launch, stage by stage.
-    Chain,
+    Unfused,
 }
 
 /// The experience step of one env set and one network: the one-launch kernel's entry points

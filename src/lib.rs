@@ -2,7 +2,7 @@
 //! has a CPU reference in `tallyho-oracle` and is checked against it.
 
 pub mod env;
-pub mod blas;
+pub mod gemm;
 pub mod error;
 pub mod experience;
 pub mod graph;

@@ -65,7 +65,7 @@ enum Command {
 #[derive(Subcommand)]
 enum BenchWhat {
     /// Prioritized replay: sample (with IS weights) and insert, eager and graph-replayed.
-    Per(BenchArgs),
+    Replay(BenchArgs),
     /// Experience: one env timestep (gather, Q-forward, select, fill, barriers) at N = 256 and 4096.
     Env(BenchArgs),
     /// Reward pipeline: the unfused chain and the fused kernel at N = 16, 256, 1024, 4096.
@@ -174,7 +174,7 @@ fn run(cli: Cli) -> Result<()> {
             use tallyho::harness::bench::{self, BenchOptions, BenchRow};
             type Bench = fn(&Gpu, &BenchOptions) -> tallyho::Result<Vec<BenchRow>>;
             let (name, args, run): (&str, BenchArgs, Bench) = match what {
-                BenchWhat::Per(a) => ("per", a, bench::bench_per),
+                BenchWhat::Replay(a) => ("replay", a, bench::bench_replay),
                 BenchWhat::Env(a) => ("env", a, bench::bench_env),
                 BenchWhat::Reward(a) => ("reward", a, bench::bench_reward),
                 BenchWhat::Qnet(a) => ("qnet", a, bench::bench_qnet),

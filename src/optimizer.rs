@@ -78,7 +78,7 @@ pub struct Optimizer {
     eps: f32,
     max_norm: f32,
     partial: CudaSlice<f64>,
-    /// The last-block counter of `qnet_grad_norm` (zero between launches).
+    /// The last-block counter of `optimizer_grad_norm` (zero between launches).
     done: CudaSlice<u32>,
     ctl: CudaSlice<u32>,
     pub m: CudaSlice<f32>,
@@ -94,9 +94,9 @@ impl Optimizer {
         let s = &gpu.stream;
         Ok(Optimizer {
             stream: s.clone(),
-            grad_norm_k: gpu.function(entry::qnet_grad_norm::QNET_GRAD_NORM)?,
-            adam_k: gpu.function(entry::qnet_adam::QNET_ADAM)?,
-            polyak_k: gpu.function(entry::qnet_target_sync::QNET_TARGET_SYNC_POLYAK)?,
+            grad_norm_k: gpu.function(entry::optimizer_grad_norm::OPTIMIZER_GRAD_NORM)?,
+            adam_k: gpu.function(entry::optimizer_adam::OPTIMIZER_ADAM)?,
+            polyak_k: gpu.function(entry::optimizer_target_sync::OPTIMIZER_TARGET_SYNC_POLYAK)?,
             n,
             lr: cfg.lr,
             beta1: cfg.adam_beta1,
@@ -118,7 +118,7 @@ impl Optimizer {
         Ok(())
     }
 
-    /// `qnet_grad_norm`: norm, clip scale, step advance and its bias corrections into the
+    /// `optimizer_grad_norm`: norm, clip scale, step advance and its bias corrections into the
     /// control block (one launch).
     pub fn grad_norm(&mut self, grads: &CudaView<f32>) -> Result<()> {
         self.check("gradient", grads.len())?;
@@ -133,7 +133,7 @@ impl Optimizer {
             .arg(&self.beta1)
             .arg(&self.beta2)
             .arg(&mut self.ctl);
-        // SAFETY: qnet_grad_norm(const float* g [n], u64 n, double* partial [blocks], u32* done
+        // SAFETY: optimizer_grad_norm(const float* g [n], u64 n, double* partial [blocks], u32* done
         // (zero between launches: zeroed at creation, reset by each launch's last block),
         // float, float, float, OptCtl* ctl): ctl is OptCtl::WORDS u32 words = struct OptCtl
         // {u32, f32, f64, f64, f64}; 256-thread blocks as its block_sum_fixed(.., 256) needs,
@@ -142,7 +142,7 @@ impl Optimizer {
         Ok(())
     }
 
-    /// `qnet_adam` with the step and clip scale of the last `grad_norm`; with a `mirror`,
+    /// `optimizer_adam` with the step and clip scale of the last `grad_norm`; with a `mirror`,
     /// also writing its parameters to their places in its copy.
     pub fn adam(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mut mirror: Option<Mirror>) -> Result<()> {
         self.check("parameters", params.len())?;
@@ -177,7 +177,7 @@ impl Optimizer {
             Some(m) => b.arg(m.index).arg(&mirror_from).arg(&mirror_count).arg(&mut m.to),
             None => b.arg(&null).arg(&zero).arg(&zero).arg(&null),
         };
-        // SAFETY: follows qnet_adam's signature; p, g, m, v all hold n floats (checked); the
+        // SAFETY: follows optimizer_adam's signature; p, g, m, v all hold n floats (checked); the
         // mirror's index holds mirror_count positions inside `to` (its owner builds both:
         // QNet's heads_index and dense head matrix), or the pointers are null with count 0.
         unsafe { b.launch(grid_stride(self.n)) }?;
@@ -190,7 +190,7 @@ impl Optimizer {
         self.adam(params, grads, mirror)
     }
 
-    /// `qnet_target_sync`: one device-to-device copy, or the Polyak average with `tau`.
+    /// `optimizer_target_sync`: one device-to-device copy, or the Polyak average with `tau`.
     pub fn target_sync(&self, online: &CudaView<f32>, target: &mut CudaViewMut<f32>, tau: Option<f32>) -> Result<()> {
         self.check("online parameters", online.len())?;
         self.check("target parameters", target.len())?;
@@ -200,7 +200,7 @@ impl Optimizer {
                 let n = self.n as u64;
                 let mut b = self.stream.launch_builder(&self.polyak_k);
                 b.arg(online).arg(target).arg(&n).arg(&tau);
-                // SAFETY: qnet_target_sync_polyak(const float* [n], float* [n], u64 n, float).
+                // SAFETY: optimizer_target_sync_polyak(const float* [n], float* [n], u64 n, float).
                 unsafe { b.launch(grid_stride(self.n)) }?;
             }
         }

@@ -1,5 +1,5 @@
 //! The prioritized replay buffer on the device: typed launchers for the `per_*` kernels of
-//! cuda/ (spec: tallyho_oracle::replay). Every buffer is allocated in `PerBuffer::new`; the
+//! cuda/ (spec: tallyho_oracle::replay). Every buffer is allocated in `ReplayBuffer::new`; the
 //! sample / gather / priority-update path reads its per-step values (cursor, size, sample
 //! step, max priority) from the device control block, so it can be captured as a graph.
 
@@ -90,7 +90,7 @@ struct Kernels {
 
 /// The replay buffer. Outputs of the last sample: `indices`, `weights`, and after `gather`,
 /// `batch`.
-pub struct PerBuffer {
+pub struct ReplayBuffer {
     cfg: ReplayConfig,
     stream: Arc<CudaStream>,
     k: Kernels,
@@ -98,7 +98,7 @@ pub struct PerBuffer {
     tree: CudaSlice<f32>,
     /// The control block, as the four 32-bit words of `ReplayCtl` (max priority as float bits).
     ctl: CudaSlice<u32>,
-    /// Scratch for the last-occurrence rule of `per_update_priorities`; all 0 between launches.
+    /// Scratch for the last-occurrence rule of `replay_update_priorities`; all 0 between launches.
     winner: CudaSlice<u32>,
     staging: DeviceTransitions,
     pub indices: CudaSlice<u32>,
@@ -120,7 +120,7 @@ pub fn ctl_of_words(w: &[u32]) -> ReplayCtl {
     ReplayCtl { cursor: w[0], size: w[1], sample_step: w[2], max_priority: f32::from_bits(w[3]) }
 }
 
-impl PerBuffer {
+impl ReplayBuffer {
     /// Allocate everything for `cfg`; `max_insert` is the largest host insert (staging rows).
     pub fn new(gpu: &Gpu, cfg: &ReplayConfig, max_insert: usize) -> Result<Self> {
         cfg.validate()?;
@@ -132,11 +132,11 @@ impl PerBuffer {
         }
         let s = &gpu.stream;
         let k = Kernels {
-            insert_rows: gpu.function(entry::per_insert::PER_INSERT_ROWS)?,
-            insert_tree: gpu.function(entry::per_insert::PER_INSERT_TREE)?,
-            sample: gpu.function(entry::per_sample::PER_SAMPLE)?,
-            gather: gpu.function(entry::per_gather::PER_GATHER)?,
-            update: gpu.function(entry::per_update_priorities::PER_UPDATE_PRIORITIES)?,
+            insert_rows: gpu.function(entry::replay_insert::REPLAY_INSERT_ROWS)?,
+            insert_tree: gpu.function(entry::replay_insert::REPLAY_INSERT_TREE)?,
+            sample: gpu.function(entry::replay_sample::REPLAY_SAMPLE)?,
+            gather: gpu.function(entry::replay_gather::REPLAY_GATHER)?,
+            update: gpu.function(entry::replay_update_priorities::REPLAY_UPDATE_PRIORITIES)?,
         };
         let ctl = s.clone_htod(&ctl_words(&ReplayCtl::default()))?;
         Self::allocate(s, cfg, max_insert, k, ctl).map_err(|e| match e {
@@ -156,7 +156,7 @@ impl PerBuffer {
     }
 
     fn allocate(s: &Arc<CudaStream>, cfg: &ReplayConfig, max_insert: usize, k: Kernels, ctl: CudaSlice<u32>) -> Result<Self> {
-        Ok(PerBuffer {
+        Ok(ReplayBuffer {
             cfg: cfg.clone(),
             stream: s.clone(),
             k,
@@ -169,7 +169,7 @@ impl PerBuffer {
             weights: s.alloc_zeros(cfg.batch)?,
             batch: DeviceTransitions::alloc(s, cfg.batch, cfg.state_dim)?,
             filled: false,
-            step_graph: GraphSlot::new("per_sample_update"),
+            step_graph: GraphSlot::new("replay_sample_update"),
         })
     }
 
@@ -181,7 +181,7 @@ impl PerBuffer {
         self.cfg.leaves() as u32
     }
 
-    /// `per_insert` of the first `n` rows of `rows`: ring write with max priority, tree
+    /// `replay_insert` of the first `n` rows of `rows`: ring write with max priority, tree
     /// refresh, cursor and size advance. Two launches, no host synchronization.
     pub fn insert(&mut self, rows: &DeviceTransitions, n: usize) -> Result<()> {
         self.insert_from(Some(rows), n)
@@ -227,20 +227,20 @@ impl PerBuffer {
             .arg(&n32)
             .arg(&c32)
             .arg(&s32);
-        // SAFETY: argument order and types follow per_insert_rows in cuda/per_insert.cu: ctl
+        // SAFETY: argument order and types follow replay_insert_rows in cuda/replay_insert.cu: ctl
         // is 4 u32 words laid out as struct ReplayCtl; inputs hold >= n rows (checked above),
         // the store holds C rows of width S / 3.
         unsafe { b.launch(grid_stride(n * width)) }?;
         let mut b = self.stream.launch_builder(&self.k.insert_tree);
         b.arg(&mut self.ctl).arg(&mut self.tree).arg(&leaves).arg(&n32).arg(&c32);
-        // SAFETY: follows per_insert_tree's signature; the tree holds 2 * leaves floats and
+        // SAFETY: follows replay_insert_tree's signature; the tree holds 2 * leaves floats and
         // every slot (cursor + j) mod C < C <= leaves. One block, as the kernel requires.
         unsafe { b.launch(one_block(n)) }?;
         self.filled = true;
         Ok(())
     }
 
-    /// `per_sample`: indices and importance weights of B transitions; advances the sample step.
+    /// `replay_sample`: indices and importance weights of B transitions; advances the sample step.
     pub fn sample(&mut self) -> Result<()> {
         if !self.filled {
             return Err(Error::Shape("sample from an empty replay buffer: insert transitions first".into()));
@@ -259,13 +259,13 @@ impl PerBuffer {
             .arg(&batch)
             .arg(&mut self.indices)
             .arg(&mut self.weights);
-        // SAFETY: follows per_sample's signature in cuda/per_sample.cu; indices and weights
+        // SAFETY: follows replay_sample's signature in cuda/replay_sample.cu; indices and weights
         // hold B elements; one block as the kernel requires.
         unsafe { b.launch(one_block(self.cfg.batch)) }?;
         Ok(())
     }
 
-    /// `per_gather`: the sampled transitions into `batch`.
+    /// `replay_gather`: the sampled transitions into `batch`.
     pub fn gather(&mut self) -> Result<()> {
         let (batch, s32) = (self.cfg.batch as u32, self.cfg.state_dim as u32);
         let width = self.cfg.state_dim.max(BRANCH_COUNT);
@@ -283,13 +283,13 @@ impl PerBuffer {
             .arg(&mut self.batch.dones)
             .arg(&batch)
             .arg(&s32);
-        // SAFETY: follows per_gather's signature; indices come from per_sample (< C) or from
+        // SAFETY: follows replay_gather's signature; indices come from replay_sample (< C) or from
         // `set_indices` (checked < C); batch buffers hold B rows.
         unsafe { b.launch(grid_stride(self.cfg.batch * width)) }?;
         Ok(())
     }
 
-    /// `per_update_priorities` of the last sample's indices with `td_abs` (B values).
+    /// `replay_update_priorities` of the last sample's indices with `td_abs` (B values).
     pub fn update_priorities(&mut self, td_abs: &CudaSlice<f32>) -> Result<()> {
         if td_abs.len() != self.cfg.batch {
             return Err(Error::Shape(format!("td_abs has {} values, the batch is {}", td_abs.len(), self.cfg.batch)));
@@ -307,7 +307,7 @@ impl PerBuffer {
             .arg(&c32)
             .arg(&alpha)
             .arg(&eps);
-        // SAFETY: follows per_update_priorities' signature; winner holds C zeros, indices and
+        // SAFETY: follows replay_update_priorities' signature; winner holds C zeros, indices and
         // td_abs hold B values; out-of-range indices are skipped by the kernel. One block.
         unsafe { b.launch(one_block(self.cfg.batch)) }?;
         Ok(())

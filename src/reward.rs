@@ -1,8 +1,8 @@
 //! The reward pipeline on the device, by two paths over the same state and outputs: the
-//! unfused chain of cuda/reward_chain.cu, one launch per [`Stage`] in `Stage::ALL` order
+//! unfused chain of cuda/reward_stages.cu, one launch per [`Stage`] in `Stage::ALL` order
 //! (spec: reward::reward_stage), and the fused kernel of cuda/reward_fused.cu, one launch
 //! for the whole step (spec: reward::reward_chain). Either runs eagerly or through its own
-//! graph slot. Every buffer is allocated in `RewardChain::new`; the constants are one
+//! graph slot. Every buffer is allocated in `RewardPipeline::new`; the constants are one
 //! kernel argument and every per-step value (the global state, the per-env state) lives
 //! in device memory, so a captured step replays on whatever the buffers then hold.
 
@@ -17,7 +17,7 @@ use tallyho_oracle::reward::{RewardConfig, RewardEnvs, RewardGlobal, RewardOut, 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RewardPath {
     /// The unfused chain: twelve launches (ten stages, two of them reductions of two).
-    Chain,
+    Unfused,
     /// The fused kernel: one launch.
     Fused,
 }
@@ -27,7 +27,7 @@ const THREADS: u32 = 256;
 /// Most blocks a reduction's partial kernel uses (each thread then loops).
 const MAX_BLOCKS: usize = 1024;
 
-/// `struct RewardParams` of cuda/reward_chain.cu.
+/// `struct RewardParams` of cuda/reward_stages.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct RewardParams {
@@ -70,7 +70,7 @@ struct Kernels {
 
 /// The reward pipeline for N envs: its state, its last step's outputs, and the kernels and
 /// graph slots of both paths.
-pub struct RewardChain {
+pub struct RewardPipeline {
     envs: usize,
     stream: Arc<CudaStream>,
     k: Kernels,
@@ -93,17 +93,17 @@ pub struct RewardChain {
     pub abs: CudaSlice<f32>,
     pub duration: CudaSlice<u32>,
     pub reward: CudaSlice<f32>,
-    chain_graph: GraphSlot,
+    unfused_graph: GraphSlot,
     fused_graph: GraphSlot,
 }
 
-impl RewardChain {
+impl RewardPipeline {
     pub fn new(gpu: &Gpu, cfg: &RewardConfig, envs: usize) -> Result<Self> {
         cfg.validate()?;
         if envs == 0 || envs > 1 << 24 {
             return Err(Error::Shape(format!("{envs} envs for the reward chain: use 1 to 2^24")));
         }
-        use entry::reward_chain as rc;
+        use entry::reward_stages as rc;
         let f = |e| gpu.function(e);
         let k = Kernels {
             pnl_delta: f(rc::REWARD_PNL_DELTA)?,
@@ -138,7 +138,7 @@ impl RewardChain {
         };
         let blocks = envs.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS);
         let s = &gpu.stream;
-        Ok(RewardChain {
+        Ok(RewardPipeline {
             envs,
             stream: s.clone(),
             k,
@@ -159,7 +159,7 @@ impl RewardChain {
             abs: s.alloc_zeros(envs)?,
             duration: s.alloc_zeros(envs)?,
             reward: s.alloc_zeros(envs)?,
-            chain_graph: GraphSlot::new("reward_chain"),
+            unfused_graph: GraphSlot::new("reward_stages"),
             fused_graph: GraphSlot::new("reward_fused"),
         })
     }
@@ -245,19 +245,19 @@ impl RewardChain {
     pub fn step(&mut self, path: RewardPath, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         self.check_inputs(realized, position)?;
         match path {
-            RewardPath::Chain => Stage::ALL.into_iter().try_for_each(|stage| self.launch_stage(stage, realized, position)),
+            RewardPath::Unfused => Stage::ALL.into_iter().try_for_each(|stage| self.launch_stage(stage, realized, position)),
             RewardPath::Fused => self.launch_fused(realized, position),
         }
     }
 
-    /// [`RewardChain::step`] through the path's graph slot: eager once, then captured,
+    /// [`RewardPipeline::step`] through the path's graph slot: eager once, then captured,
     /// then replayed. The inputs must stay the same buffers (their contents may change).
     pub fn step_graphed(&mut self, path: RewardPath, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         self.check_inputs(realized, position)?;
         let stream = self.stream.clone();
         let binding = Binding::of(&[address(&stream, realized), address(&stream, position)]);
         let slot: fn(&mut Self) -> &mut GraphSlot = match path {
-            RewardPath::Chain => |r| &mut r.chain_graph,
+            RewardPath::Unfused => |r| &mut r.unfused_graph,
             RewardPath::Fused => |r| &mut r.fused_graph,
         };
         GraphSlot::run_on(self, slot, &stream, binding, |r| r.step(path, realized, position))
@@ -265,7 +265,7 @@ impl RewardChain {
 
     pub fn graph_phase(&self, path: RewardPath) -> Phase {
         match path {
-            RewardPath::Chain => self.chain_graph.phase(),
+            RewardPath::Unfused => self.unfused_graph.phase(),
             RewardPath::Fused => self.fused_graph.phase(),
         }
     }
@@ -273,7 +273,7 @@ impl RewardChain {
     /// The number of launches the path's captured step holds (None before capture).
     pub fn graph_nodes(&self, path: RewardPath) -> Result<Option<usize>> {
         match path {
-            RewardPath::Chain => self.chain_graph.nodes(),
+            RewardPath::Unfused => self.unfused_graph.nodes(),
             RewardPath::Fused => self.fused_graph.nodes(),
         }
     }
@@ -320,7 +320,7 @@ impl RewardChain {
         let one_block = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let one_thread = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
         let blocks = self.blocks;
-        // SAFETY (every launch below): the signatures of cuda/reward_chain.cu, in their
+        // SAFETY (every launch below): the signatures of cuda/reward_stages.cu, in their
         // argument order; every per-env buffer holds N = p.envs elements (new), `global` 8
         // floats, `partial` 4 x blocks doubles; the partial kernels run on `blocks` blocks
         // of THREADS threads and the finalize kernels on one block of THREADS.

@@ -46,7 +46,7 @@ mod gpu {
     fn verify_prints_a_passing_parity_table() {
         let (ok, stdout, stderr) = tallyho(&["verify", "--cases", "3"]);
         assert!(ok, "{stdout}\n{stderr}");
-        for k in ["philox", "per_insert", "per_sample", "per_gather", "per_update_priorities"] {
+        for k in ["philox", "replay_insert", "replay_sample", "replay_gather", "replay_update_priorities"] {
             assert!(stdout.contains(k), "{k} missing from:\n{stdout}");
         }
         assert!(stdout.contains("kernel outputs within tolerance"), "{stdout}");

@@ -43,10 +43,10 @@ fn a_changed_kernel_source_makes_its_fixture_stale_with_the_command_to_re_record
     let dir = temp_copy_of_fixtures("stale");
     let path = dir.join("manifest.json");
     let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    m["kernels"]["per_sample"]["sha256"] = serde_json::Value::String("0".repeat(64));
+    m["kernels"]["replay_sample"]["sha256"] = serde_json::Value::String("0".repeat(64));
     std::fs::write(&path, m.to_string()).unwrap();
     let err = fixtures::check(&dir, Replayer::Oracle).unwrap_err().to_string();
-    assert!(err.contains("stale: cuda/per_sample.cu changed"), "{err}");
+    assert!(err.contains("stale: cuda/replay_sample.cu changed"), "{err}");
     assert!(err.contains("re-record with `tallyho fixtures record`"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -56,7 +56,7 @@ fn a_tampered_fixture_output_fails_the_oracle_replay() {
     use safetensors::tensor::{SafeTensors, TensorView};
     let dir = temp_copy_of_fixtures("tampered");
     // Change one recorded sample index: the oracle replay must notice.
-    let path = dir.join("per_sample.safetensors");
+    let path = dir.join("replay_sample.safetensors");
     let bytes = std::fs::read(&path).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> =
@@ -70,7 +70,7 @@ fn a_tampered_fixture_output_fails_the_oracle_replay() {
     let pairs = fixtures::check(&dir, Replayer::Oracle).unwrap();
     let bad: Vec<_> = pairs.iter().filter(|(_, c)| !c.passed()).collect();
     assert_eq!(bad.len(), 1, "exactly the tampered output must fail: {bad:?}");
-    assert_eq!((bad[0].0.as_str(), bad[0].1.output.as_str()), ("per_sample", "indices"));
+    assert_eq!((bad[0].0.as_str(), bad[0].1.output.as_str()), ("replay_sample", "indices"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

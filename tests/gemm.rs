@@ -8,7 +8,7 @@ mod gpu {
     use rand::SeedableRng;
     use tallyho::harness::parity::uniform;
     use rand_chacha::ChaCha8Rng;
-    use tallyho::blas::{Blas, Epilogue, Layout};
+    use tallyho::gemm::{Gemm, Epilogue, Layout};
     use tallyho_oracle::gemm::{gemm, gemm_f32_reversed};
     use tallyho_oracle::tolerance::reduction_rule;
     use tallyho_oracle::compare_f32;
@@ -16,7 +16,7 @@ mod gpu {
     #[test]
     fn row_major_gemm_matches_the_oracle_for_every_transpose_and_odd_sizes() {
         let gpu = gpu();
-        let blas = Blas::new(&gpu.stream).unwrap();
+        let device = Gemm::new(&gpu.stream).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         // (33, 256, 1024): a small output over a long K, where the cuBLASLt plan may split K.
         let shapes = [(1, 1, 1), (3, 50, 7), (50, 3, 783), (256, 612, 512), (783, 255, 33), (33, 256, 1024)];
@@ -30,7 +30,7 @@ mod gpu {
                 let mut dc = gpu.stream.clone_htod(&c0).unwrap();
                 let la = Layout { ld: lda, trans: ta };
                 let lb = Layout { ld: ldb, trans: tb };
-                blas.gemm(m, n, k, 1.0, &da, la, &db, lb, 0.5, &mut dc, n).unwrap();
+                device.gemm(m, n, k, 1.0, &da, la, &db, lb, 0.5, &mut dc, n).unwrap();
                 let got = gpu.stream.clone_dtoh(&dc).unwrap();
                 let want = gemm(m, n, k, 1.0, &a, lda, ta, &b, ldb, tb, 0.5, &c0, n);
                 let f32_ref: Vec<f32> = gemm_f32_reversed(m, n, k, &a, lda, ta, &b, ldb, tb)
@@ -47,7 +47,7 @@ mod gpu {
     #[test]
     fn batched_gemm_shares_an_operand_with_stride_zero() {
         let gpu = gpu();
-        let blas = Blas::new(&gpu.stream).unwrap();
+        let device = Gemm::new(&gpu.stream).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(8);
         let (m, n, k) = (50, 31, 20);
         let x = uniform(&mut rng, m * k, 1.0);
@@ -56,7 +56,7 @@ mod gpu {
         {
             let mut dy = gpu.stream.alloc_zeros::<f32>(2 * m * n).unwrap();
             #[rustfmt::skip]
-            blas.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
+            device.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
                 0.0, &mut dy, n, m * n, Epilogue::None).unwrap();
             let got = gpu.stream.clone_dtoh(&dy).unwrap();
             for i in 0..2 {
@@ -72,7 +72,7 @@ mod gpu {
     #[test]
     fn the_relu_epilogue_matches_the_oracle_and_leaves_the_ones_column() {
         let gpu = gpu();
-        let blas = Blas::new(&gpu.stream).unwrap();
+        let device = Gemm::new(&gpu.stream).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         // Two networks' hidden layer as the update runs it: out = relu(x w), out in rows of
         // n + 1 whose last column (a ones column) the product must not touch.
@@ -83,7 +83,7 @@ mod gpu {
         let ones: Vec<f32> = (0..2 * m * (n + 1)).map(|i| if i % (n + 1) == n { 1.0 } else { f32::NAN }).collect();
         let mut dy = gpu.stream.clone_htod(&ones).unwrap();
         #[rustfmt::skip]
-        blas.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
+        device.gemm_batched(2, m, n, k, 1.0, &dx, Layout::plain(k), 0, &dw, Layout::plain(n), k * n,
             0.0, &mut dy, n + 1, m * (n + 1), Epilogue::Relu).unwrap();
         let got = gpu.stream.clone_dtoh(&dy).unwrap();
         for i in 0..2 {
@@ -100,10 +100,10 @@ mod gpu {
     #[test]
     fn an_operand_too_short_for_its_shape_is_refused() {
         let gpu = gpu();
-        let blas = Blas::new(&gpu.stream).unwrap();
+        let device = Gemm::new(&gpu.stream).unwrap();
         let a = gpu.stream.alloc_zeros::<f32>(10).unwrap();
         let mut c = gpu.stream.alloc_zeros::<f32>(100).unwrap();
-        let err = blas.gemm(10, 10, 10, 1.0, &a, Layout::plain(10), &a, Layout::plain(10), 0.0, &mut c, 10).unwrap_err();
+        let err = device.gemm(10, 10, 10, 1.0, &a, Layout::plain(10), &a, Layout::plain(10), 0.0, &mut c, 10).unwrap_err();
         assert!(err.to_string().contains("needs 100 elements, has 10"), "{err}");
     }
 }

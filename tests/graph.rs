@@ -10,14 +10,14 @@ mod gpu {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
     use tallyho::graph::Phase;
-    use tallyho::harness::parity::replay::{compare_states, random_state, PerCase};
-    use tallyho::replay::PerBuffer;
+    use tallyho::harness::parity::replay::{compare_states, random_state, ReplayCase};
+    use tallyho::replay::ReplayBuffer;
     use tallyho_oracle::replay::{self as replay_spec, ReplayState};
     use tallyho_oracle::tolerance::{REPLAY_IS_WEIGHT, REPLAY_PRIORITY};
     use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32};
 
     fn setup(seed: u64) -> (ReplayState, Vec<f32>) {
-        let case = PerCase { capacity: 3000, state_dim: 5, batch: 300, seed };
+        let case = ReplayCase { capacity: 3000, state_dim: 5, batch: 300, seed };
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let st = random_state(&case.config(), &mut rng);
         let td: Vec<f32> = (0..300).map(|_| rng.gen_range(0.0..3.0)).collect();
@@ -28,7 +28,7 @@ mod gpu {
     fn graph_replays_change_their_results_and_match_the_oracle_at_every_step() {
         let gpu = gpu();
         let (st, td_host) = setup(21);
-        let mut buf = PerBuffer::new(&gpu, &st.cfg, 1).unwrap();
+        let mut buf = ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap();
         buf.upload_state(&st).unwrap();
         let td = gpu.stream.clone_htod(&td_host).unwrap();
         let mut oracle = st.clone();
@@ -72,8 +72,8 @@ mod gpu {
         let gpu = gpu();
         let (st, td_host) = setup(22);
         let td = gpu.stream.clone_htod(&td_host).unwrap();
-        let mut eager = PerBuffer::new(&gpu, &st.cfg, 1).unwrap();
-        let mut graphed = PerBuffer::new(&gpu, &st.cfg, 1).unwrap();
+        let mut eager = ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap();
+        let mut graphed = ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap();
         eager.upload_state(&st).unwrap();
         graphed.upload_state(&st).unwrap();
         for step in 0..20 {
@@ -97,7 +97,7 @@ mod gpu {
         let (st, td_host) = setup(23);
         let td = gpu.stream.clone_htod(&td_host).unwrap();
         let run = || {
-            let mut buf = PerBuffer::new(&gpu, &st.cfg, 1).unwrap();
+            let mut buf = ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap();
             buf.upload_state(&st).unwrap();
             for _ in 0..10 {
                 buf.sample_gather_update(&td).unwrap();
@@ -117,7 +117,7 @@ mod gpu {
         let (st, td_host) = setup(24);
         let td = gpu.stream.clone_htod(&td_host).unwrap();
         let other = gpu.stream.clone_htod(&td_host).unwrap();
-        let mut buf = PerBuffer::new(&gpu, &st.cfg, 1).unwrap();
+        let mut buf = ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap();
         buf.upload_state(&st).unwrap();
         buf.sample_gather_update(&td).unwrap();
         let err = buf.sample_gather_update(&other).unwrap_err().to_string();

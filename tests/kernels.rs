@@ -5,7 +5,7 @@ fn every_kernel_compiles_with_nvrtc_for_sm90() {
     let compiled = tallyho::runtime::compile_all("sm_90").unwrap_or_else(|e| panic!("{e}"));
     let names: Vec<&str> = tallyho::runtime::KERNELS.iter().map(|k| k.name).collect();
     assert_eq!(compiled, names);
-    assert!(names.contains(&"per_sample"), "kernel table is missing per_sample: {names:?}");
+    assert!(names.contains(&"replay_sample"), "kernel table is missing replay_sample: {names:?}");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["error"],
     &["runtime"],
-    &["graph", "blas"],
+    &["graph", "gemm"],
     &["philox", "replay", "optimizer", "reward", "env"],
     &["qnet"],
     &["experience"],

@@ -8,7 +8,7 @@ mod common;
 
 mod gpu {
     use super::common::*;
-    use tallyho::harness::parity::reward::{check_config, check_drift, check_fused_vs_chain, check_graph, check_stage, check_steps, Mix, SIZES};
+    use tallyho::harness::parity::reward::{check_config, check_drift, check_fused_vs_unfused, check_graph, check_stage, check_steps, Mix, SIZES};
     use tallyho::reward::RewardPath;
     use tallyho_oracle::reward::{RewardConfig, Stage};
 
@@ -39,7 +39,7 @@ mod gpu {
 
     #[test]
     fn unfused_reward_chain_matches_the_oracle_at_every_size_and_done_mix() {
-        steps_match(RewardPath::Chain, 100);
+        steps_match(RewardPath::Unfused, 100);
     }
 
     /// The chain's working buffer is poisoned before every fused step and is still poison
@@ -53,7 +53,7 @@ mod gpu {
     fn fused_reward_matches_the_unfused_chain_bitwise() {
         let gpu = gpu();
         for &n in &SIZES {
-            assert_all(&check_fused_vs_chain(&gpu, &check_config(), n, 30, n as u64).unwrap());
+            assert_all(&check_fused_vs_unfused(&gpu, &check_config(), n, 30, n as u64).unwrap());
         }
     }
 
@@ -62,7 +62,7 @@ mod gpu {
     #[test]
     fn both_paths_replayed_as_graphs_are_bitwise_equal_to_their_eager_runs() {
         let gpu = gpu();
-        for path in [RewardPath::Chain, RewardPath::Fused] {
+        for path in [RewardPath::Unfused, RewardPath::Fused] {
             for n in [1usize, 1000, 8192] {
                 assert_all(&check_graph(&gpu, &check_config(), path, n, 10, 300 + n as u64).unwrap());
             }
@@ -72,7 +72,7 @@ mod gpu {
     #[test]
     fn the_emas_over_500_free_running_steps_stay_within_their_drift_bound() {
         let gpu = gpu();
-        for path in [RewardPath::Chain, RewardPath::Fused] {
+        for path in [RewardPath::Unfused, RewardPath::Fused] {
             assert_all(&check_drift(&gpu, &check_config(), path, 1000, 500, 7).unwrap());
             assert_all(&check_drift(&gpu, &RewardConfig::default(), path, 8192, 500, 8).unwrap());
         }

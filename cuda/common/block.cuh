@@ -25,3 +25,16 @@ __device__ __forceinline__ float block_reduce(float v, Op op) {
 
 struct MinOp { __device__ float operator()(float a, float b) const { return fminf(a, b); } };
 struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+
+// Sum over a block of exactly `threads` (a power of two <= 1024) doubles in a fixed tree:
+// the same bits at every launch. Every thread gets the result. `s` has `threads` slots.
+__device__ __forceinline__ double block_sum_fixed(double v, double* s, unsigned int threads) {
+    __syncthreads();
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned int stride = threads / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
+        __syncthreads();
+    }
+    return s[0];
+}

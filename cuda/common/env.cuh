@@ -1,4 +1,4 @@
-// The backtest environment's constants and portfolio state (mirrors src/env.rs and the
+// The backtest environment's constants and portfolio state (mirrors src/env/args.rs and the
 // oracle's env::EnvConfig / EnvState). All float arithmetic of the environment kernels uses
 // the round-to-nearest intrinsics, never contracted into FMAs, in the oracle's order: the
 // environment branches on these values, so both sides must compute the same bits.
@@ -13,7 +13,7 @@ struct EnvParams {
     float take_profit, stop_loss, reward_scale, dsr_eta;
     unsigned int key0, key1;
 };
-static_assert(sizeof(EnvParams) == 72, "EnvParams is mirrored field for field by src/env.rs");
+static_assert(sizeof(EnvParams) == 72, "EnvParams is mirrored field for field by src/env/args.rs");
 
 // Action branches (direction, size, order type) and their codes; done reasons.
 #define ENV_BRANCHES 3
@@ -42,7 +42,7 @@ struct EnvState {
     float* dsr_a;
     float* dsr_b;
 };
-static_assert(sizeof(EnvState) == 80, "EnvState is mirrored by src/env.rs StatePtrs");
+static_assert(sizeof(EnvState) == 80, "EnvState is mirrored by src/env/args.rs StatePtrs");
 
 __device__ __forceinline__ float sign_of(int p) { return p > 0 ? 1.0f : (p < 0 ? -1.0f : 0.0f); }
 

@@ -16,7 +16,7 @@ struct ActionBranches {
     unsigned int count;
     unsigned int n[ACTION_MAX_BRANCHES];
 };
-static_assert(sizeof(ActionBranches) == 20, "ActionBranches is mirrored by src/env.rs");
+static_assert(sizeof(ActionBranches) == 20, "ActionBranches is mirrored by src/env/args.rs");
 
 __device__ __forceinline__ unsigned int word(uint4 w, unsigned int k) {
     return k == 0 ? w.x : (k == 1 ? w.y : (k == 2 ? w.z : w.w));

@@ -8,7 +8,7 @@
 #define PHILOX_W1 0xBB67AE85u
 
 // Philox streams: keep in step with oracle/src/philox.rs `stream`.
-#define PHILOX_STREAM_PER_SAMPLE 1u
+#define PHILOX_STREAM_REPLAY_SAMPLE 1u
 #define PHILOX_STREAM_ACTION_EXPLORE 2u
 #define PHILOX_STREAM_ACTION_RANDOM 3u
 #define PHILOX_STREAM_FILL 4u

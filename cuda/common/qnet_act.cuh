@@ -11,7 +11,7 @@
 // chain's 8 launches and each activation's round trip through memory costs its own latency.
 // Here each block streams the weights (L2-resident) through shared memory once for its R
 // rows, from where the update keeps them: the trunk layers from the flat parameters, the
-// heads' output layer from the online dense head matrix (qnet_heads.cu; Adam's mirror and
+// heads' output layer from the online dense head matrix (qnet_head_matrix.cu; Adam's mirror and
 // set_params keep it current), whose rows are 16-byte aligned where the compact ones are
 // not. Nothing is packed for acting, so an update or set_params needs nothing more before
 // the next forward.

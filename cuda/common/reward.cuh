@@ -1,4 +1,4 @@
-// The reward pipeline's shared pieces (cuda/reward_chain.cu, cuda/reward_fused.cu): the
+// The reward pipeline's shared pieces (cuda/reward_stages.cu, cuda/reward_fused.cu): the
 // constants, the global state's word indices (oracle RewardGlobal::to_words), the
 // fixed-order block sum, and the updates of the global state from the reductions' totals.
 // Both paths call the same functions on the same totals, so they agree bit for bit.

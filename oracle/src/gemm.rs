@@ -1,4 +1,4 @@
-//! Row-major matrix product, the spec of `src/blas.rs` (cuBLAS SGEMM by operand swap).
+//! Row-major matrix product, the spec of `src/gemm.rs` (cuBLAS SGEMM by operand swap).
 //!
 //! `C[m x n] = alpha * op(A) op(B) + beta * C`, every matrix row-major with a leading
 //! dimension (row stride); `op(X) = X` or `X^T`. With `trans_a`, A is stored `[k x m]`.

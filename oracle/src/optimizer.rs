@@ -1,5 +1,5 @@
-//! The Q-network's optimizer: the spec of the kernels `qnet_grad_norm` (global L2 norm and
-//! clipping), `qnet_adam` (Adam, Kingma and Ba 2015) and `qnet_target_sync` in cuda/, and of
+//! The Q-network's optimizer: the spec of the kernels `optimizer_grad_norm` (global L2 norm and
+//! clipping), `optimizer_adam` (Adam, Kingma and Ba 2015) and `optimizer_target_sync` in cuda/, and of
 //! their launchers in src/optimizer.rs. One update ([`crate::qnet::update_step`]) clips and
 //! steps; the target network follows by [`target_sync`].
 
@@ -37,7 +37,7 @@ impl AdamState {
     }
 }
 
-/// `qnet_adam` (Kingma and Ba 2015, Algorithm 1; PyTorch `Adam`, no weight decay): first
+/// `optimizer_adam` (Kingma and Ba 2015, Algorithm 1; PyTorch `Adam`, no weight decay): first
 /// `t = step + 1` (so the first update uses t = 1), then per element
 ///
 /// ```text
@@ -62,7 +62,7 @@ pub fn adam_step(cfg: &QNetConfig, params: &mut [f64], grads: &[f64], state: &mu
     }
 }
 
-/// `qnet_target_sync`: `None` copies online into target; `Some(tau)` is the Polyak average
+/// `optimizer_target_sync`: `None` copies online into target; `Some(tau)` is the Polyak average
 /// (Lillicrap et al. 2016) `target = tau online + (1 - tau) target`, in f64 rounded once to f32.
 pub fn target_sync(online: &[f32], target: &mut [f32], tau: Option<f32>) {
     match tau {

@@ -45,7 +45,7 @@ impl Stage {
         Stage::Dispersion,
     ];
 
-    /// The stage's kernel name in cuda/reward_chain.cu (`reward_ema` and
+    /// The stage's kernel name in cuda/reward_stages.cu (`reward_ema` and
     /// `reward_dispersion` name a `_partial` and a `_finalize` kernel).
     pub fn kernel(self) -> &'static str {
         match self {
@@ -393,7 +393,7 @@ pub fn reward_stage(
 }
 
 /// One step of the chain: every stage in order on fresh buffers.
-pub fn reward_chain(
+pub fn reward_step(
     cfg: &RewardConfig,
     realized: &[f32],
     position: &[i32],

@@ -12,7 +12,7 @@ fn cfg() -> RewardConfig {
 fn run(c: &RewardConfig, steps: &[(Vec<f32>, Vec<i32>)]) -> (Vec<RewardOut>, RewardEnvs, RewardGlobal) {
     let mut envs = RewardEnvs::new(steps[0].0.len());
     let mut g = RewardGlobal::new(c);
-    let outs = steps.iter().map(|(r, p)| reward_chain(c, r, p, &mut envs, &mut g)).collect();
+    let outs = steps.iter().map(|(r, p)| reward_step(c, r, p, &mut envs, &mut g)).collect();
     (outs, envs, g)
 }
 
@@ -71,7 +71,7 @@ fn the_scale_controller_steps_towards_the_target_and_stays_in_range() {
         if pos == 0 {
             realized += 100.0;
         }
-        reward_chain(&c, &[realized], &[pos], &mut envs, &mut g);
+        reward_step(&c, &[realized], &[pos], &mut envs, &mut g);
         scales.push(g.scale);
     }
     assert!(scales.windows(2).all(|w| w[1] <= w[0]), "{scales:?}");
@@ -85,7 +85,7 @@ fn the_hold_controller_raises_the_bonus_for_short_trades_up_to_its_cap() {
     let mut envs = RewardEnvs::new(1);
     let mut g = RewardGlobal::new(&c);
     for t in 0..30 {
-        reward_chain(&c, &[0.0], &[(t % 2 == 0) as i32], &mut envs, &mut g);
+        reward_step(&c, &[0.0], &[(t % 2 == 0) as i32], &mut envs, &mut g);
     }
     assert_eq!(g.hold_bonus, 0.01, "2-step trades against a 20-step target: capped");
 }
@@ -138,11 +138,11 @@ fn the_emas_summed_in_another_order_stay_within_the_drift_bound_over_500_steps()
                 }
             }
         }
-        let o = reward_chain(&c, &realized, &position, &mut fwd.0, &mut fwd.1);
+        let o = reward_step(&c, &realized, &position, &mut fwd.0, &mut fwd.1);
         let closed: Vec<f64> = (0..n).filter(|&i| o.done[i] == 1.0).map(|i| f64::from(o.pnl[i].abs())).collect();
         sums_differed |= closed.iter().sum::<f64>() != closed.iter().rev().sum::<f64>();
         let (rr, rp): (Vec<f32>, Vec<i32>) = (realized.iter().rev().copied().collect(), position.iter().rev().copied().collect());
-        reward_chain(&c, &rr, &rp, &mut rev.0, &mut rev.1);
+        reward_step(&c, &rr, &rp, &mut rev.0, &mut rev.1);
         a.push([fwd.1.ema_duration, fwd.1.ema_abs_pnl, fwd.1.ema_outcome]);
         b.push([rev.1.ema_duration, rev.1.ema_abs_pnl, rev.1.ema_outcome]);
     }

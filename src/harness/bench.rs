@@ -1,11 +1,11 @@
 //! `tallyho bench per`: the prioritized replay's device cost, in microseconds.
 //!
 //! What is measured, for capacities C in {2^17, 2^20} (state width 32):
-//! - `sample`: one `per_sample` launch for B in {256, 1024}: stratified thresholds, the
+//! - `sample`: one `replay_sample` launch for B in {256, 1024}: stratified thresholds, the
 //!   sum-tree descents and the importance weights, all in that one kernel;
-//! - `sample+gather+update`: `per_sample`, `per_gather`, `per_update_priorities`, the
+//! - `sample+gather+update`: `replay_sample`, `replay_gather`, `replay_update_priorities`, the
 //!   update-side replay step, for the same B;
-//! - `insert`: `per_insert` of N = 256 transitions already in device memory (the `batch`
+//! - `insert`: `replay_insert` of N = 256 transitions already in device memory (the `batch`
 //!   column holds N).
 //!
 //! Each buffer is first filled to capacity with random transitions and its priorities made
@@ -22,7 +22,7 @@
 //! no queueing behind earlier repetitions. Reported: median, 10th and 90th percentile.
 
 use crate::error::{Error, Result};
-use crate::replay::{DeviceTransitions, PerBuffer};
+use crate::replay::{DeviceTransitions, ReplayBuffer};
 use crate::runtime::Gpu;
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice};
@@ -76,7 +76,7 @@ pub struct BenchRow {
 }
 
 /// Run the prioritized replay benchmark on `gpu`; one row per (op, capacity, batch, mode).
-pub fn bench_per(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
+pub fn bench_replay(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let timing = Timing::of(opts)?;
     let (capacities, batches): (&[usize], &[usize]) =
         if opts.quick { (&QUICK_CAPACITIES, &QUICK_BATCHES) } else { (&CAPACITIES, &BATCHES) };
@@ -85,7 +85,7 @@ pub fn bench_per(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         for &batch in batches {
             let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ ((capacity as u64) << 20) ^ batch as u64);
             let cfg = ReplayConfig { capacity, batch, state_dim: STATE_DIM, ..ReplayConfig::default() };
-            let mut per = PerBuffer::new(gpu, &cfg, MAX_INSERT)?;
+            let mut per = ReplayBuffer::new(gpu, &cfg, MAX_INSERT)?;
             let td = gpu.stream.clone_htod(&random_td(&mut rng, batch))?;
             fill_and_skew(&mut per, &td, &mut rng)?;
 
@@ -198,7 +198,7 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         rows.extend(with_transitions_per_s(step, n));
         if run.exp.in_one_launch(&run.env, &net) {
             // The same step as the chain of three launches it replaces.
-            run.exp.set_path(ExperiencePath::Chain);
+            run.exp.set_path(ExperiencePath::Unfused);
             let chain = timing.both_modes(gpu, &mut run, "experience step (chain)", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
             run.exp.set_path(ExperiencePath::Fused);
             rows.extend(with_transitions_per_s(chain, n));
@@ -244,7 +244,7 @@ const REWARD_COUNTS: [usize; 4] = [16, 256, 1024, 4096];
 /// eager and graph-replayed, on random realized PnL and positions (about 30% of the envs
 /// trading). The `batch` column holds N.
 pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
-    use crate::reward::{RewardChain, RewardPath};
+    use crate::reward::{RewardPipeline, RewardPath};
     use tallyho_oracle::reward::RewardConfig;
     let timing = Timing::of(opts)?;
     let counts = if opts.quick { &REWARD_COUNTS[..2] } else { &REWARD_COUNTS[..] };
@@ -254,8 +254,8 @@ pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let realized: Vec<f32> = (0..n).map(|_| rng.gen_range(-100.0..100.0)).collect();
         let position: Vec<i32> = (0..n).map(|_| if rng.gen_bool(0.3) { rng.gen_range(-3..=3) } else { 0 }).collect();
         let (dr, dp) = (gpu.stream.clone_htod(&realized)?, gpu.stream.clone_htod(&position)?);
-        let mut chain = RewardChain::new(gpu, &RewardConfig::default(), n)?;
-        rows.extend(timing.both_modes(gpu, &mut chain, "reward chain", 0, n, |c| c.step(RewardPath::Chain, &dr, &dp))?);
+        let mut chain = RewardPipeline::new(gpu, &RewardConfig::default(), n)?;
+        rows.extend(timing.both_modes(gpu, &mut chain, "reward chain", 0, n, |c| c.step(RewardPath::Unfused, &dr, &dp))?);
         rows.extend(timing.both_modes(gpu, &mut chain, "reward fused", 0, n, |c| c.step(RewardPath::Fused, &dr, &dp))?);
         gpu.synchronize()?;
     }
@@ -351,7 +351,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 /// Fill `per` to capacity with random transitions, then give about 63% of the slots a random
 /// priority (C / B random batches updated with `td`), so the sum tree is far from uniform.
-fn fill_and_skew(per: &mut PerBuffer, td: &CudaSlice<f32>, rng: &mut ChaCha8Rng) -> Result<()> {
+fn fill_and_skew(per: &mut ReplayBuffer, td: &CudaSlice<f32>, rng: &mut ChaCha8Rng) -> Result<()> {
     let (capacity, batch) = (per.config().capacity, per.config().batch);
     let mut filled = 0;
     while filled < capacity {

@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::harness::fixtures::{self, Replayer};
-use crate::harness::parity::{self, replay::PerCase};
+use crate::harness::parity::{self, replay::ReplayCase};
 use crate::runtime::Gpu;
 use crate::reward::RewardPath;
 use rand::{Rng, SeedableRng};
@@ -100,20 +100,20 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
     }
     for i in 0..cases {
         progress(&format!("replay case {}/{cases}", i + 1));
-        let case = PerCase::random(&mut rng);
-        m.add("per_insert", parity::replay::check_per_insert(gpu, &case, case.batch * 3 / 2 + 1)?);
-        m.add("per_sample", parity::replay::check_per_sample(gpu, &case)?);
-        m.add("per_gather", parity::replay::check_per_gather(gpu, &case)?);
-        m.add("per_update_priorities", parity::replay::check_per_update_priorities(gpu, &case)?);
+        let case = ReplayCase::random(&mut rng);
+        m.add("replay_insert", parity::replay::check_replay_insert(gpu, &case, case.batch * 3 / 2 + 1)?);
+        m.add("replay_sample", parity::replay::check_replay_sample(gpu, &case)?);
+        m.add("replay_gather", parity::replay::check_replay_gather(gpu, &case)?);
+        m.add("replay_update_priorities", parity::replay::check_replay_update_priorities(gpu, &case)?);
     }
     progress("optimizer");
     for (i, (n, scale)) in [(1, 3.0), (783, 20.0), (4096, 0.01), (1_000_003, 0.05)].into_iter().enumerate() {
-        m.add("qnet_grad_norm", parity::optimizer::check_qnet_grad_norm(gpu, n, scale, seed.wrapping_add(100 + i as u64))?);
+        m.add("optimizer_grad_norm", parity::optimizer::check_optimizer_grad_norm(gpu, n, scale, seed.wrapping_add(100 + i as u64))?);
     }
     for (i, (n, step, g)) in [(3, 7, 50.0), (783, 0, 0.3), (100_003, 1234, 5.0)].into_iter().enumerate() {
-        m.add("qnet_adam", parity::optimizer::check_qnet_adam(gpu, n, step, g, seed.wrapping_add(200 + i as u64))?);
+        m.add("optimizer_adam", parity::optimizer::check_optimizer_adam(gpu, n, step, g, seed.wrapping_add(200 + i as u64))?);
     }
-    m.add("qnet_target_sync", parity::optimizer::check_qnet_target_sync(gpu, 4099, seed.wrapping_add(300))?);
+    m.add("optimizer_target_sync", parity::optimizer::check_optimizer_target_sync(gpu, 4099, seed.wrapping_add(300))?);
     for atoms in [51, 1] {
         for (i, &batch) in parity::qnet::QNET_BATCHES.iter().enumerate() {
             progress(&format!("Q-network, {atoms} atoms, batch {batch}"));
@@ -165,12 +165,12 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
             for stage in Stage::ALL {
                 m.add(stage.kernel(), pr::check_stage(gpu, &cfg, stage, n, mix, s)?);
             }
-            m.add("reward_chain (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Chain, n, mix, 6, s)?);
+            m.add("reward_step (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Unfused, n, mix, 6, s)?);
             m.add("reward_fused (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Fused, n, mix, 6, s)?);
-            m.add("reward_fused vs reward_chain x6", pr::check_fused_vs_chain(gpu, &cfg, n, 6, s)?);
+            m.add("reward_fused vs reward_step x6", pr::check_fused_vs_unfused(gpu, &cfg, n, 6, s)?);
         }
         progress("reward pipeline: graph replay, and 500 free-running steps");
-        for (path, name) in [(RewardPath::Chain, "reward_chain"), (RewardPath::Fused, "reward_fused")] {
+        for (path, name) in [(RewardPath::Unfused, "reward_stages"), (RewardPath::Fused, "reward_fused")] {
             m.add(&format!("{name} graph vs eager x10"), pr::check_graph(gpu, &cfg, path, 4096, 10, seed)?);
             m.add(&format!("{name} EMAs x500 free-running"), pr::check_drift(gpu, &cfg, path, 4096, 500, seed)?);
         }

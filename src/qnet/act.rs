@@ -122,7 +122,7 @@ fn source_lens(d: Dims) -> [usize; 4] {
 }
 
 /// The network's four layers as qnet_act reads them: the trunk from the flat parameters, the
-/// heads' outputs from the dense head matrix (`[(H + 1) x O]`, qnet_heads.cu: head h's block
+/// heads' outputs from the dense head matrix (`[(H + 1) x O]`, qnet_head_matrix.cu: head h's block
 /// at its hidden rows and output columns, the biases in row H), each head's staging starting
 /// at the multiple of 8 at or below its first hidden row and of 4 at or below its first
 /// column (the rows and columns before are another head's: zero in this block's).

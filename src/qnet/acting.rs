@@ -166,16 +166,16 @@ impl QNet {
         let st = &self.stream;
         let input = FirstInput { s: x, s2: x, split: r, ld: d.s + 1, x: None };
         first_layer(st, &self.k.first_layer, input, d, &self.params.slice(off.w1..), 1, r, 0, &mut a.a1)?;
-        hidden_layer(&self.blas, 1, r, d.h2, d.h1 + 1, &a.a1, 0, &self.params.slice(off.w2..), 0, &mut a.a2)?;
-        hidden_layer(&self.blas, 1, r, d.hw, d.h2 + 1, &a.a2, 0, &self.params.slice(off.wh..), 0, &mut a.ah)?;
+        hidden_layer(&self.gemm, 1, r, d.h2, d.h1 + 1, &a.a1, 0, &self.params.slice(off.w2..), 0, &mut a.a2)?;
+        hidden_layer(&self.gemm, 1, r, d.hw, d.h2 + 1, &a.a2, 0, &self.params.slice(off.wh..), 0, &mut a.ah)?;
         // The heads' output products side by side: the value head on the main stream, the
         // branches across the lanes (as in forward_heads).
         let side = (self.heads.len() - 1).min(LANES);
         self.fork(0..side)?;
         for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
-            let blas = if h == 0 { &self.blas } else { &self.lanes[(h - 1) % LANES].blas };
+            let gemm = if h == 0 { &self.gemm } else { &self.lanes[(h - 1) % LANES].gemm };
             #[rustfmt::skip]
-            blas.gemm(r, width, fan_in, 1.0,
+            gemm.gemm(r, width, fan_in, 1.0,
                 &a.ah.slice(row..), pl(d.hw + 1),
                 &self.heads_w.slice(row * d.ow + col..), pl(d.ow),
                 0.0, &mut a.y.slice_mut(col..), d.ow)?;

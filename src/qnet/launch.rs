@@ -166,7 +166,7 @@ pub(super) fn head_q_split(d: Dims) -> Result<HeadSplit> {
 /// column left as allocated.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn hidden_layer(
-    blas: &Blas,
+    gemm: &Gemm,
     nets: usize,
     rows: usize,
     width: usize,
@@ -179,7 +179,7 @@ pub(super) fn hidden_layer(
 ) -> Result<()> {
     let (pl, out_stride) = (Layout::plain, rows * (width + 1));
     #[rustfmt::skip]
-    let product = blas.gemm_batched(nets, rows, width, fan_in, 1.0, input, pl(fan_in), input_stride, w, pl(width), w_stride,
+    let product = gemm.gemm_batched(nets, rows, width, fan_in, 1.0, input, pl(fan_in), input_stride, w, pl(width), w_stride,
         0.0, out, width + 1, out_stride, Epilogue::Relu);
     product
 }

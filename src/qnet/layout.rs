@@ -60,7 +60,7 @@ impl Offsets {
                 .map(|t| t.offset)
                 .ok_or_else(|| Error::Shape(format!("the Q-network layout has no tensor {name}")))
         };
-        // qnet_heads_gather writes wv2, wa2_0.., bo as one run from wv2's offset.
+        // qnet_head_matrix_gather writes wv2, wa2_0.., bo as one run from wv2's offset.
         let wv2 = at("wv2")?;
         let mut end = wv2 + cfg.value_hidden * cfg.atoms;
         for (k, &n) in cfg.branches.iter().enumerate() {
@@ -129,7 +129,7 @@ pub(super) fn heads_of(cfg: &QNetConfig) -> Vec<(usize, usize, usize, usize)> {
 }
 
 /// The dense position in the `[(H + 1) x O]` head matrix of each compact head-output
-/// parameter (wv2, wa2_0.., bo, in buffer order from wv2): qnet_heads.cu's index table.
+/// parameter (wv2, wa2_0.., bo, in buffer order from wv2): qnet_head_matrix.cu's index table.
 pub(super) fn heads_index(cfg: &QNetConfig) -> Vec<u32> {
     let (ow, hw, na) = (spec::output_width(cfg), spec::hidden_width(cfg), cfg.atoms);
     let offsets = spec::output_offsets(cfg);

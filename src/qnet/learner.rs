@@ -51,10 +51,10 @@ impl QNet {
             first_layer(&self.stream, &self.k.first_layer, input, d, &self.params.slice(off.w1..), NETS, r, p, &mut self.a1)?;
         }
         #[rustfmt::skip]
-        hidden_layer(&self.blas, NETS, r, d.h2, d.h1 + 1,
+        hidden_layer(&self.gemm, NETS, r, d.h2, d.h1 + 1,
             &self.a1, r * (d.h1 + 1), &self.params.slice(off.w2..), p, &mut self.a2)?;
         #[rustfmt::skip]
-        hidden_layer(&self.blas, NETS, r, d.hw, d.h2 + 1,
+        hidden_layer(&self.gemm, NETS, r, d.hw, d.h2 + 1,
             &self.a2, r * (d.h2 + 1), &self.params.slice(off.wh..), p, &mut self.ah)?;
         self.forward_heads()?;
         self.forward_head()
@@ -70,9 +70,9 @@ impl QNet {
         self.fork(0..side)?;
         for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
             // Head 0 on the main stream, the others across the lanes.
-            let blas = if h == 0 { &self.blas } else { &self.lanes[(h - 1) % LANES].blas };
+            let gemm = if h == 0 { &self.gemm } else { &self.lanes[(h - 1) % LANES].gemm };
             #[rustfmt::skip]
-            blas.gemm_batched(NETS, r, width, fan_in, 1.0,
+            gemm.gemm_batched(NETS, r, width, fan_in, 1.0,
                 &self.ah.slice(row..), pl(d.hw + 1), r * (d.hw + 1),
                 &self.heads_w.slice(row * d.ow + col..), pl(d.ow), dense,
                 0.0, &mut self.y.slice_mut(col..), d.ow, r * d.ow, Epilogue::None)?;
@@ -162,7 +162,7 @@ impl QNet {
         // compact wv2, wa2_k, bo (lane 0); d hh = dy W_heads^T per head (below).
         self.fork(0..1)?;
         #[rustfmt::skip]
-        self.lanes[0].blas.gemm(d.hw + 1, d.ow, b, 1.0, &self.ah, tr(d.hw + 1), &self.dy, pl(d.ow),
+        self.lanes[0].gemm.gemm(d.hw + 1, d.ow, b, 1.0, &self.ah, tr(d.hw + 1), &self.dy, pl(d.ow),
             0.0, &mut self.heads_grad, d.ow)?;
         {
             let count = self.heads_index.len();
@@ -171,7 +171,7 @@ impl QNet {
             l.arg(&self.heads_grad).arg(&self.heads_index).arg(&count32);
             let mut compact = self.grads.slice_mut(off.wv2..);
             l.arg(&mut compact);
-            // SAFETY: qnet_heads_gather(const float* dense [(H + 1) O], const u32* index [count],
+            // SAFETY: qnet_head_matrix_gather(const float* dense [(H + 1) O], const u32* index [count],
             // u32 count, float* compact): writes `count` floats from wv2's offset, which is
             // where wv2, wa2_k and bo end the flat buffer (Offsets::of). Ordered after the
             // GEMM that writes heads_grad on the same lane.
@@ -184,9 +184,9 @@ impl QNet {
         let side = (self.heads.len() - 1).min(LANES - 1);
         self.fork(1..1 + side)?;
         for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
-            let blas = if h == 0 { &self.blas } else { &self.lanes[1 + (h - 1) % (LANES - 1)].blas };
+            let gemm = if h == 0 { &self.gemm } else { &self.lanes[1 + (h - 1) % (LANES - 1)].gemm };
             #[rustfmt::skip]
-            blas.gemm(b, fan_in, width, 1.0, &self.dy.slice(col..), pl(d.ow), &self.heads_w.slice(row * d.ow + col..), tr(d.ow),
+            gemm.gemm(b, fan_in, width, 1.0, &self.dy.slice(col..), pl(d.ow), &self.heads_w.slice(row * d.ow + col..), tr(d.ow),
                 0.0, &mut self.dhh.slice_mut(row..), d.hw)?;
         }
         self.join(1..1 + side)?;
@@ -194,24 +194,24 @@ impl QNet {
         // [wh; bh] (lane 1) and dh2.
         self.fork(1..2)?;
         #[rustfmt::skip]
-        self.lanes[1].blas.gemm(d.h2 + 1, d.hw, b, 1.0, &self.a2, tr(d.h2 + 1), &self.dhh, pl(d.hw),
+        self.lanes[1].gemm.gemm(d.h2 + 1, d.hw, b, 1.0, &self.a2, tr(d.h2 + 1), &self.dhh, pl(d.hw),
             0.0, &mut self.grads.slice_mut(off.wh..off.wh + (d.h2 + 1) * d.hw), d.hw)?;
         #[rustfmt::skip]
-        self.blas.gemm(b, d.h2, d.hw, 1.0, &self.dhh, pl(d.hw), &self.params.slice(off.wh..off.wh + d.h2 * d.hw), tr(d.hw),
+        self.gemm.gemm(b, d.h2, d.hw, 1.0, &self.dhh, pl(d.hw), &self.params.slice(off.wh..off.wh + d.h2 * d.hw), tr(d.hw),
             0.0, &mut self.dh2, d.h2)?;
         relu_backward(&self.stream, &self.k.relu_backward, &mut self.dh2, &self.a2, b, d.h2)?;
         // [w2; b2] (lane 2) and dh1.
         self.fork(2..3)?;
         #[rustfmt::skip]
-        self.lanes[2].blas.gemm(d.h1 + 1, d.h2, b, 1.0, &self.a1, tr(d.h1 + 1), &self.dh2, pl(d.h2),
+        self.lanes[2].gemm.gemm(d.h1 + 1, d.h2, b, 1.0, &self.a1, tr(d.h1 + 1), &self.dh2, pl(d.h2),
             0.0, &mut self.grads.slice_mut(off.w2..off.w2 + (d.h1 + 1) * d.h2), d.h2)?;
         #[rustfmt::skip]
-        self.blas.gemm(b, d.h1, d.h2, 1.0, &self.dh2, pl(d.h2), &self.params.slice(off.w2..off.w2 + d.h1 * d.h2), tr(d.h2),
+        self.gemm.gemm(b, d.h1, d.h2, 1.0, &self.dh2, pl(d.h2), &self.params.slice(off.w2..off.w2 + d.h1 * d.h2), tr(d.h2),
             0.0, &mut self.dh1, d.h1)?;
         relu_backward(&self.stream, &self.k.relu_backward, &mut self.dh1, &self.a1, b, d.h1)?;
         // [w1; b1].
         #[rustfmt::skip]
-        self.blas.gemm(d.s + 1, d.h1, b, 1.0, &self.x, tr(d.s + 1), &self.dh1, pl(d.h1),
+        self.gemm.gemm(d.s + 1, d.h1, b, 1.0, &self.x, tr(d.s + 1), &self.dh1, pl(d.h1),
             0.0, &mut self.grads.slice_mut(off.w1..off.w1 + (d.s + 1) * d.h1), d.h1)?;
         self.join(0..LANES)
     }

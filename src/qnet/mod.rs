@@ -13,12 +13,12 @@
 //! flat buffer, so biases ride in the forward GEMMs and bias gradients come out of the
 //! weight-gradient GEMMs; the heads' hidden layers are one matrix, and the heads' output
 //! layers are one dense block-diagonal matrix with the output bias as its last row (a
-//! working copy of the compact tensors, cuda/qnet_heads.cu): its weight gradient is one
+//! working copy of the compact tensors, cuda/qnet_head_matrix.cu): its weight gradient is one
 //! dense GEMM; the forward and the hidden gradient are one GEMM per head that reads its block
 //! in place (a dense product would multiply the zeros too: slower at these sizes). Per update:
 //! 16 GEMMs (forward: trunk 2, the heads' hidden layer, one per head; backward: 10) and 9
 //! kernels (`qnet_first_layer`, which also stages the input; `qnet_head`; `qnet_loss`;
-//! `qnet_heads_gather`; 3 `qnet_relu_backward`; `qnet_grad_norm`, `qnet_adam`); the forward
+//! `qnet_head_matrix_gather`; 3 `qnet_relu_backward`; `optimizer_grad_norm`, `optimizer_adam`); the forward
 //! ReLUs ride in the cuBLASLt epilogues.
 //!
 //! **Hot path.** Every buffer is allocated in [`QNet::new`]; an update launches work only:
@@ -26,7 +26,7 @@
 //! clip scale) live in device memory, so [`QNet::update_graphed`] captures the whole update
 //! once and replays it.
 
-use crate::blas::{Blas, Epilogue, Layout};
+use crate::gemm::{Gemm, Epilogue, Layout};
 use crate::error::{Error, Result};
 use crate::graph::{address, Binding, GraphSlot, Phase};
 use crate::replay::DeviceTransitions;
@@ -65,7 +65,7 @@ const LANES: usize = 4;
 /// marks its work done.
 struct Lane {
     stream: Arc<CudaStream>,
-    blas: Blas,
+    gemm: Gemm,
     done: CudaEvent,
 }
 
@@ -74,7 +74,7 @@ pub struct QNet {
     d: Dims,
     off: Offsets,
     stream: Arc<CudaStream>,
-    blas: Blas,
+    gemm: Gemm,
     lanes: Vec<Lane>,
     /// Recorded on the main stream where lanes fork from it.
     forked: CudaEvent,
@@ -86,7 +86,7 @@ pub struct QNet {
     grads: CudaSlice<f32>,
     pub opt: Optimizer,
     shape: BranchShape,
-    /// qnet_heads' index table (compact element -> dense position).
+    /// qnet_head_matrix' index table (compact element -> dense position).
     heads_index: CudaSlice<u32>,
     /// The dense head-output matrices `[(H + 1) x O]` of online then target.
     heads_w: CudaSlice<f32>,
@@ -104,7 +104,7 @@ pub struct QNet {
     next_actions: CudaSlice<i32>,
     sample_loss: CudaSlice<f64>,
     /// New replay priorities of the last update's batch, in batch order (device resident,
-    /// the input of `PerBuffer::update_priorities`).
+    /// the input of `ReplayBuffer::update_priorities`).
     pub priorities: CudaSlice<f32>,
     dy: CudaSlice<f32>,
     loss: CudaSlice<f64>,
@@ -179,15 +179,15 @@ impl QNet {
             head_q: f(entry::qnet_head::QNET_HEAD_Q)?,
             loss: f(entry::qnet_loss::QNET_LOSS)?,
             relu_backward: f(entry::qnet_backward::QNET_RELU_BACKWARD)?,
-            heads_scatter: f(entry::qnet_heads::QNET_HEADS_SCATTER)?,
-            heads_gather: f(entry::qnet_heads::QNET_HEADS_GATHER)?,
+            heads_scatter: f(entry::qnet_head_matrix::QNET_HEAD_MATRIX_SCATTER)?,
+            heads_gather: f(entry::qnet_head_matrix::QNET_HEAD_MATRIX_GATHER)?,
         };
 
         let event = || gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING));
         let mut lanes = Vec::with_capacity(LANES);
         for _ in 0..LANES {
             let stream = gpu.ctx.new_stream()?;
-            lanes.push(Lane { blas: Blas::new(&stream)?, stream, done: event()? });
+            lanes.push(Lane { gemm: Gemm::new(&stream)?, stream, done: event()? });
         }
         let heads = heads_of(cfg);
         let fused = act::Fused::new(gpu, cfg, d, &heads)?;
@@ -199,7 +199,7 @@ impl QNet {
             cfg: cfg.clone(),
             off: Offsets::of(cfg)?,
             stream: s.clone(),
-            blas: Blas::new(s)?,
+            gemm: Gemm::new(s)?,
             lanes,
             forked: event()?,
             heads,
@@ -242,13 +242,13 @@ impl QNet {
     /// TF32 tensor-core GEMMs (an option for speed, with its own error: ~3e-4 relative per
     /// product, ../shared/GPU.md), or strict fp32 (the default, what the tests check).
     pub fn set_tf32(&mut self, on: bool) {
-        self.blas.set_tf32(on);
-        self.lanes.iter().for_each(|l| l.blas.set_tf32(on));
+        self.gemm.set_tf32(on);
+        self.lanes.iter().for_each(|l| l.gemm.set_tf32(on));
     }
 
     /// Are the products in TF32 ([`QNet::set_tf32`])?
     pub fn tf32(&self) -> bool {
-        self.blas.tf32()
+        self.gemm.tf32()
     }
 
     pub fn config(&self) -> &QNetConfig {
@@ -283,7 +283,7 @@ impl QNet {
         self.scatter_heads(NETS)
     }
 
-    /// `qnet_heads_scatter`: rebuild the dense head matrices of the first `nets` networks
+    /// `qnet_head_matrix_scatter`: rebuild the dense head matrices of the first `nets` networks
     /// (1: online, 2: both) from the flat parameters.
     fn scatter_heads(&mut self, nets: usize) -> Result<()> {
         let count = self.heads_index.len();
@@ -298,7 +298,7 @@ impl QNet {
             .arg(&stride)
             .arg(&n32)
             .arg(&mut self.heads_w);
-        // SAFETY: qnet_heads_scatter(const float* params [2P], u64 P, u64 wv2 offset, const u32*
+        // SAFETY: qnet_head_matrix_scatter(const float* params [2P], u64 P, u64 wv2 offset, const u32*
         // index [count], u32 count, u64 dense stride, u32 nets <= 2, float* dense [2 (H + 1) O]):
         // the index holds dense positions < (H + 1) O, wv2 + count = P (checked in Offsets::of).
         unsafe { l.launch(grid_stride(nets * count)) }?;

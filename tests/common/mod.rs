@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tallyho::harness::parity::replay::PerCase;
+use tallyho::harness::parity::replay::ReplayCase;
 use tallyho::Gpu;
 use tallyho_oracle::Comparison;
 
@@ -27,8 +27,8 @@ pub fn runner(source_file: &'static str) -> TestRunner {
 }
 
 /// Replay cases: batch 1..=1100 (past one block), capacity 4B + 0..3000, width 1..=40.
-pub fn per_cases() -> impl Strategy<Value = PerCase> {
-    (1usize..=1100, 0usize..3000, 1usize..=40, any::<u64>()).prop_map(|(batch, extra, state_dim, seed)| PerCase {
+pub fn replay_cases() -> impl Strategy<Value = ReplayCase> {
+    (1usize..=1100, 0usize..3000, 1usize..=40, any::<u64>()).prop_map(|(batch, extra, state_dim, seed)| ReplayCase {
         capacity: 4 * batch + extra,
         state_dim,
         batch,
@@ -39,10 +39,10 @@ pub fn per_cases() -> impl Strategy<Value = PerCase> {
 /// Run `check` on every generated case; a failed comparison fails the property with its text.
 pub fn check_property(
     source_file: &'static str,
-    check: impl Fn(&PerCase) -> tallyho::Result<Vec<Comparison>>,
+    check: impl Fn(&ReplayCase) -> tallyho::Result<Vec<Comparison>>,
 ) {
     runner(source_file)
-        .run(&per_cases(), |case| {
+        .run(&replay_cases(), |case| {
             let comparisons = check(&case).map_err(|e| TestCaseError::fail(e.to_string()))?;
             for c in &comparisons {
                 c.check().map_err(TestCaseError::fail)?;

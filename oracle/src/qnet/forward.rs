@@ -1,5 +1,5 @@
 //! The forward pass: trunk, heads, the dueling combination, softmax and Q (`qnet_forward`,
-//! `qnet_heads`, `qnet_head`, `qnet_head_q`).
+//! `qnet_head_matrix`, `qnet_head`, `qnet_head_q`).
 
 use super::layout::{hidden_width, net, output_offsets, output_width, param_count, Layer};
 use super::QNetConfig;
@@ -154,7 +154,7 @@ pub fn forward<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], states: &[f3
     f
 }
 
-/// The heads' output layers (`qnet_heads`' product): `value` and `adv` of `f` from its
+/// The heads' output layers (`qnet_head_matrix`' product): `value` and `adv` of `f` from its
 /// `heads_hidden`.
 pub fn head_outputs<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], f: &mut Forward) {
     let n = net(cfg);

@@ -10,9 +10,9 @@ pub struct Loss {
     /// `(1/B) sum_i w_i L_i`.
     pub loss: f64,
     /// `L_i = (1/K) sum_k l_ik`: B.
-    pub per_sample_loss: Vec<f64>,
+    pub replay_sample_loss: Vec<f64>,
     /// New replay priority of each row, unweighted: C51 `L_i`, scalar `mean_k |TD_ik|`. B.
-    pub per_sample_priority: Vec<f64>,
+    pub replay_sample_priority: Vec<f64>,
     /// `l_ik`: cross-entropy (C51) or Huber(TD) (scalar), B x K.
     pub branch_loss: Vec<f64>,
     /// Double DQN actions `a*_ik = argmax_j q_online_k(s'_i, j)`, lowest j on ties: B x K.
@@ -150,8 +150,8 @@ pub fn loss_with_next_actions(
     let (b, kk, na) = (online_s.batch, cfg.num_branches(), cfg.atoms);
     let mut out = Loss {
         loss: 0.0,
-        per_sample_loss: vec![0.0; b],
-        per_sample_priority: vec![0.0; b],
+        replay_sample_loss: vec![0.0; b],
+        replay_sample_priority: vec![0.0; b],
         branch_loss: vec![0.0; b * kk],
         next_actions: next.to_vec(),
         targets: vec![vec![0.0; b * na]; kk],
@@ -166,12 +166,12 @@ pub fn loss_with_next_actions(
             scalar_row(cfg, i, c, online_s, target_s2, actions, rewards[i], dones[i], &mut out);
         }
         let li = out.branch_loss[i * kk..(i + 1) * kk].iter().sum::<f64>() / kk as f64;
-        out.per_sample_loss[i] = li;
+        out.replay_sample_loss[i] = li;
         if na > 1 {
-            out.per_sample_priority[i] = li;
+            out.replay_sample_priority[i] = li;
         }
     }
-    let total: f64 = out.per_sample_loss.iter().zip(weights).map(|(&l, &w)| f64::from(w) * l).sum();
+    let total: f64 = out.replay_sample_loss.iter().zip(weights).map(|(&l, &w)| f64::from(w) * l).sum();
     out.loss = total / b as f64;
     out
 }
@@ -239,5 +239,5 @@ fn scalar_row(
         out.targets[k][i] = y;
         abs_td += td.abs();
     }
-    out.per_sample_priority[i] = abs_td / kk as f64;
+    out.replay_sample_priority[i] = abs_td / kk as f64;
 }

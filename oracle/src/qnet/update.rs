@@ -60,7 +60,7 @@ pub fn check_batch(cfg: &QNetConfig, batch: &Transitions, weights: &[f32]) -> Re
 pub struct Update {
     /// The batch loss before the update.
     pub loss: f64,
-    /// New replay priorities, in batch order (see [`Loss::per_sample_priority`](super::Loss::per_sample_priority)).
+    /// New replay priorities, in batch order (see [`Loss::replay_sample_priority`](super::Loss::replay_sample_priority)).
     pub priorities: Vec<f64>,
     /// Global gradient norm before clipping.
     pub grad_norm: f64,
@@ -102,5 +102,5 @@ pub fn update_step(
     for (o, &x) in online.iter_mut().zip(&p) {
         *o = x as f32;
     }
-    Ok(Update { loss: l.loss, priorities: l.per_sample_priority, grad_norm: norm, clip_scale })
+    Ok(Update { loss: l.loss, priorities: l.replay_sample_priority, grad_norm: norm, clip_scale })
 }

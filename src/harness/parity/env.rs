@@ -377,7 +377,7 @@ pub fn check_experience_fused(
     let mut one = Env::new(gpu, cfg, &BRANCHES, market, split)?;
     let mut chain = Env::new(gpu, cfg, &BRANCHES, market, split)?;
     let (exp_one, mut exp_chain) = (Experience::new(gpu, &one, &net)?, Experience::new(gpu, &chain, &net)?);
-    exp_chain.set_path(ExperiencePath::Chain);
+    exp_chain.set_path(ExperiencePath::Unfused);
     if !exp_one.in_one_launch(&one, &net) || exp_chain.in_one_launch(&chain, &net) {
         return Err(Error::Shape(format!("{} envs at {block_rows} rows a block: not one launch against the chain", cfg.envs)));
     }

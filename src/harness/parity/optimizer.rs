@@ -1,5 +1,5 @@
 //! GPU-vs-oracle checks of the Q-network's optimizer kernels (spec: tallyho_oracle::qnet):
-//! `qnet_grad_norm`, `qnet_adam`, `qnet_target_sync`.
+//! `optimizer_grad_norm`, `optimizer_adam`, `optimizer_target_sync`.
 
 use super::uniform;
 use crate::error::Result;
@@ -14,9 +14,9 @@ pub const ONE_ULP: tallyho_oracle::Tolerance =
     tallyho_oracle::Tolerance { atol: 1e-30, rtol: 1.2e-7, exact: false, norm: false, reason: "double arithmetic rounded once to float" };
 
 
-/// `qnet_grad_norm` on `n` gradients of magnitude `scale`: norm and clip scale within one
+/// `optimizer_grad_norm` on `n` gradients of magnitude `scale`: norm and clip scale within one
 /// ulp of the oracle's, the step advanced by one.
-pub fn check_qnet_grad_norm(gpu: &Gpu, n: usize, scale: f32, seed: u64) -> Result<Vec<Comparison>> {
+pub fn check_optimizer_grad_norm(gpu: &Gpu, n: usize, scale: f32, seed: u64) -> Result<Vec<Comparison>> {
     use tallyho_oracle::optimizer::grad_norm;
     use tallyho_oracle::optimizer::clip_grads;
     use tallyho_oracle::qnet::QNetConfig;
@@ -36,8 +36,8 @@ pub fn check_qnet_grad_norm(gpu: &Gpu, n: usize, scale: f32, seed: u64) -> Resul
     ])
 }
 
-/// One `qnet_grad_norm` + `qnet_adam` step from random parameters, moments and step count.
-pub fn check_qnet_adam(gpu: &Gpu, n: usize, step: u32, grad_scale: f32, seed: u64) -> Result<Vec<Comparison>> {
+/// One `optimizer_grad_norm` + `optimizer_adam` step from random parameters, moments and step count.
+pub fn check_optimizer_adam(gpu: &Gpu, n: usize, step: u32, grad_scale: f32, seed: u64) -> Result<Vec<Comparison>> {
     use tallyho_oracle::optimizer::clip_grads;
     use tallyho_oracle::optimizer::AdamState;
     use tallyho_oracle::optimizer::adam_step;
@@ -64,8 +64,8 @@ pub fn check_qnet_adam(gpu: &Gpu, n: usize, step: u32, grad_scale: f32, seed: u6
     ])
 }
 
-/// `qnet_target_sync`, hard copy and Polyak averages, bitwise against the oracle.
-pub fn check_qnet_target_sync(gpu: &Gpu, n: usize, seed: u64) -> Result<Vec<Comparison>> {
+/// `optimizer_target_sync`, hard copy and Polyak averages, bitwise against the oracle.
+pub fn check_optimizer_target_sync(gpu: &Gpu, n: usize, seed: u64) -> Result<Vec<Comparison>> {
     use tallyho_oracle::optimizer::target_sync;
     use tallyho_oracle::qnet::QNetConfig;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

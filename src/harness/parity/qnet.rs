@@ -315,8 +315,8 @@ pub fn check_qnet_loss(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
     Ok(vec![
         compare_exact("next actions", &got.next_actions, &want_next),
         compare_f32("loss", &[got.loss as f32], &[want.loss], QNET_LOSS),
-        compare_f32("sample loss", &sample_loss, &want.per_sample_loss, QNET_LOSS),
-        compare_f32("priorities", &got.priorities, &want.per_sample_priority, QNET_LOSS),
+        compare_f32("sample loss", &sample_loss, &want.replay_sample_loss, QNET_LOSS),
+        compare_f32("priorities", &got.priorities, &want.replay_sample_priority, QNET_LOSS),
         compare_f32("head gradient", &got.head_grad, &spec::head_grad(cfg, &want.dlogits, b), QNET_LOSS),
     ])
 }

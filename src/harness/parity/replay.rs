@@ -1,9 +1,9 @@
 //! GPU-vs-oracle checks of the replay buffer's kernels (spec: tallyho_oracle::replay): random
-//! valid states and transitions, `per_insert`, `per_sample`, `per_gather` and
-//! `per_update_priorities` against the oracle, and the statistics the sampler's tests use.
+//! valid states and transitions, `replay_insert`, `replay_sample`, `replay_gather` and
+//! `replay_update_priorities` against the oracle, and the statistics the sampler's tests use.
 
 use crate::error::Result;
-use crate::replay::PerBuffer;
+use crate::replay::ReplayBuffer;
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -14,14 +14,14 @@ use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, Comparison, Re
 
 /// Sizes and seed of one replay case.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PerCase {
+pub struct ReplayCase {
     pub capacity: usize,
     pub state_dim: usize,
     pub batch: usize,
     pub seed: u64,
 }
 
-impl PerCase {
+impl ReplayCase {
     pub fn config(&self) -> ReplayConfig {
         ReplayConfig {
             capacity: self.capacity,
@@ -35,9 +35,9 @@ impl PerCase {
 
     /// A random valid case: batch 1..=1100 (past one block of 1024), capacity 4B..4B+3000,
     /// state width 1..=40; none need be a multiple of the block or warp size.
-    pub fn random(rng: &mut impl Rng) -> PerCase {
+    pub fn random(rng: &mut impl Rng) -> ReplayCase {
         let batch = rng.gen_range(1..=1100);
-        PerCase {
+        ReplayCase {
             capacity: 4 * batch + rng.gen_range(0..3000),
             state_dim: rng.gen_range(1..=40),
             batch,
@@ -112,9 +112,9 @@ pub fn compare_states(got: &ReplayState, want: &ReplayState) -> Vec<Comparison> 
     c
 }
 
-/// `per_insert` of `n` random transitions into `st`.
-pub fn check_per_insert_on(gpu: &Gpu, st: &ReplayState, batch: &Transitions) -> Result<Vec<Comparison>> {
-    let mut buf = PerBuffer::new(gpu, &st.cfg, batch.len().max(1))?;
+/// `replay_insert` of `n` random transitions into `st`.
+pub fn check_replay_insert_on(gpu: &Gpu, st: &ReplayState, batch: &Transitions) -> Result<Vec<Comparison>> {
+    let mut buf = ReplayBuffer::new(gpu, &st.cfg, batch.len().max(1))?;
     buf.upload_state(st)?;
     buf.insert_host(batch)?;
     let got = buf.download_state()?;
@@ -123,17 +123,17 @@ pub fn check_per_insert_on(gpu: &Gpu, st: &ReplayState, batch: &Transitions) -> 
     Ok(compare_states(&got, &want))
 }
 
-pub fn check_per_insert(gpu: &Gpu, case: &PerCase, n: usize) -> Result<Vec<Comparison>> {
+pub fn check_replay_insert(gpu: &Gpu, case: &ReplayCase, n: usize) -> Result<Vec<Comparison>> {
     let mut rng = ChaCha8Rng::seed_from_u64(case.seed);
     let cfg = case.config();
     let st = random_state(&cfg, &mut rng);
     let batch = random_transitions(&mut rng, n.clamp(1, cfg.capacity), cfg.state_dim);
-    check_per_insert_on(gpu, &st, &batch)
+    check_replay_insert_on(gpu, &st, &batch)
 }
 
-/// `per_sample` from `st`: indices exact, weights within REPLAY_IS_WEIGHT, sample step exact.
-pub fn check_per_sample_on(gpu: &Gpu, st: &ReplayState) -> Result<Vec<Comparison>> {
-    let mut buf = PerBuffer::new(gpu, &st.cfg, 1)?;
+/// `replay_sample` from `st`: indices exact, weights within REPLAY_IS_WEIGHT, sample step exact.
+pub fn check_replay_sample_on(gpu: &Gpu, st: &ReplayState) -> Result<Vec<Comparison>> {
+    let mut buf = ReplayBuffer::new(gpu, &st.cfg, 1)?;
     buf.upload_state(st)?;
     buf.poison_outputs()?;
     buf.sample()?;
@@ -148,18 +148,18 @@ pub fn check_per_sample_on(gpu: &Gpu, st: &ReplayState) -> Result<Vec<Comparison
     ])
 }
 
-pub fn check_per_sample(gpu: &Gpu, case: &PerCase) -> Result<Vec<Comparison>> {
+pub fn check_replay_sample(gpu: &Gpu, case: &ReplayCase) -> Result<Vec<Comparison>> {
     let mut rng = ChaCha8Rng::seed_from_u64(case.seed);
-    check_per_sample_on(gpu, &random_state(&case.config(), &mut rng))
+    check_replay_sample_on(gpu, &random_state(&case.config(), &mut rng))
 }
 
-/// `per_gather` of random indices (repeats included): every output exact.
-pub fn check_per_gather(gpu: &Gpu, case: &PerCase) -> Result<Vec<Comparison>> {
+/// `replay_gather` of random indices (repeats included): every output exact.
+pub fn check_replay_gather(gpu: &Gpu, case: &ReplayCase) -> Result<Vec<Comparison>> {
     let mut rng = ChaCha8Rng::seed_from_u64(case.seed);
     let cfg = case.config();
     let st = random_state(&cfg, &mut rng);
     let indices: Vec<u32> = (0..cfg.batch).map(|_| rng.gen_range(0..st.ctl.size)).collect();
-    let mut buf = PerBuffer::new(gpu, &cfg, 1)?;
+    let mut buf = ReplayBuffer::new(gpu, &cfg, 1)?;
     buf.upload_state(&st)?;
     buf.poison_outputs()?;
     buf.set_indices(&indices)?;
@@ -168,11 +168,11 @@ pub fn check_per_gather(gpu: &Gpu, case: &PerCase) -> Result<Vec<Comparison>> {
     Ok(compare_transitions(&got, &replay_spec::replay_gather(&st, &indices)))
 }
 
-/// `per_update_priorities` of `indices` with `td_abs` on `st`: leaves within REPLAY_PRIORITY
+/// `replay_update_priorities` of `indices` with `td_abs` on `st`: leaves within REPLAY_PRIORITY
 /// (the last occurrence of a repeated index winning), every internal node bitwise the sum of
 /// its children, max priority within REPLAY_PRIORITY, the scratch left all zero.
-pub fn check_per_update_priorities_on(gpu: &Gpu, st: &ReplayState, indices: &[u32], td_abs: &[f32]) -> Result<Vec<Comparison>> {
-    let mut buf = PerBuffer::new(gpu, &st.cfg, 1)?;
+pub fn check_replay_update_priorities_on(gpu: &Gpu, st: &ReplayState, indices: &[u32], td_abs: &[f32]) -> Result<Vec<Comparison>> {
+    let mut buf = ReplayBuffer::new(gpu, &st.cfg, 1)?;
     buf.upload_state(st)?;
     buf.set_indices(indices)?;
     let td = gpu.stream.clone_htod(td_abs)?;
@@ -200,7 +200,7 @@ pub fn check_per_update_priorities_on(gpu: &Gpu, st: &ReplayState, indices: &[u3
 }
 
 /// Random indices (about a quarter repeats) and |td| over four decades.
-pub fn check_per_update_priorities(gpu: &Gpu, case: &PerCase) -> Result<Vec<Comparison>> {
+pub fn check_replay_update_priorities(gpu: &Gpu, case: &ReplayCase) -> Result<Vec<Comparison>> {
     let mut rng = ChaCha8Rng::seed_from_u64(case.seed);
     let cfg = case.config();
     let st = random_state(&cfg, &mut rng);
@@ -210,7 +210,7 @@ pub fn check_per_update_priorities(gpu: &Gpu, case: &PerCase) -> Result<Vec<Comp
         indices.push(if repeat { indices[rng.gen_range(0..j)] } else { rng.gen_range(0..st.ctl.size) });
     }
     let td: Vec<f32> = (0..cfg.batch).map(|_| 10f32.powf(rng.gen_range(-4.0..1.0))).collect();
-    check_per_update_priorities_on(gpu, &st, &indices, &td)
+    check_replay_update_priorities_on(gpu, &st, &indices, &td)
 }
 
 /// Pearson's chi-square statistic of observed counts against expected counts.

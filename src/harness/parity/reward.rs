@@ -11,11 +11,11 @@
 
 use super::merge_step;
 use crate::error::Result;
-use crate::reward::{RewardChain, RewardPath};
+use crate::reward::{RewardPipeline, RewardPath};
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tallyho_oracle::reward::{reward_chain, reward_stage, RewardConfig, RewardEnvs, RewardGlobal, RewardOut, Stage};
+use tallyho_oracle::reward::{reward_step, reward_stage, RewardConfig, RewardEnvs, RewardGlobal, RewardOut, Stage};
 use tallyho_oracle::tolerance::{reward_dispersion, reward_ema_drift, REWARD_REDUCTION};
 use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, Comparison};
 
@@ -169,7 +169,7 @@ pub fn check_stage(gpu: &Gpu, cfg: &RewardConfig, stage: Stage, n: usize, mix: M
     // Three warm steps (opens, then at least one close under every mix but NoDones).
     for _ in 0..3 {
         trades.advance();
-        reward_chain(cfg, &trades.realized, &trades.position, &mut envs, &mut global);
+        reward_step(cfg, &trades.realized, &trades.position, &mut envs, &mut global);
     }
     trades.advance();
     let mut out = RewardOut::new(n);
@@ -177,7 +177,7 @@ pub fn check_stage(gpu: &Gpu, cfg: &RewardConfig, stage: Stage, n: usize, mix: M
     for s in Stage::ALL.into_iter().take_while(|&s| s != stage) {
         reward_stage(s, cfg, &trades.realized, &trades.position, &mut envs, &mut global, &mut out);
     }
-    let mut chain = RewardChain::new(gpu, cfg, n)?;
+    let mut chain = RewardPipeline::new(gpu, cfg, n)?;
     chain.upload_state(&envs, &global)?;
     chain.upload_out(&out)?;
     let (dr, dp) = (gpu.stream.clone_htod(&trades.realized)?, gpu.stream.clone_htod(&trades.position)?);
@@ -236,7 +236,7 @@ pub fn check_steps(
     seed: u64,
 ) -> Result<Vec<Comparison>> {
     let mut trades = Trades::new(n, mix, seed);
-    let mut chain = RewardChain::new(gpu, cfg, n)?;
+    let mut chain = RewardPipeline::new(gpu, cfg, n)?;
     let (mut envs, mut global) = (RewardEnvs::new(n), RewardGlobal::new(cfg));
     let poison = vec![f32::NAN; n];
     let mut c = Vec::new();
@@ -248,9 +248,9 @@ pub fn check_steps(
         }
         chain.step(path, &dr, &dp)?;
         let before = global;
-        let want = reward_chain(cfg, &trades.realized, &trades.position, &mut envs, &mut global);
+        let want = reward_step(cfg, &trades.realized, &trades.position, &mut envs, &mut global);
         let (got, (genvs, gglobal)) = (chain.read_out()?, chain.download_state()?);
-        let mut step = compare_out(&got, &want, path == RewardPath::Chain);
+        let mut step = compare_out(&got, &want, path == RewardPath::Unfused);
         if path == RewardPath::Fused {
             step.push(compare_bitwise("chain work buffer still poison", &got.work, &poison));
         }
@@ -267,14 +267,14 @@ pub fn check_steps(
 
 /// The fused kernel against the chain on the same inputs: every output and the whole
 /// state bitwise at every step (the same sums in the same trees, the same updates).
-pub fn check_fused_vs_chain(gpu: &Gpu, cfg: &RewardConfig, n: usize, steps: usize, seed: u64) -> Result<Vec<Comparison>> {
+pub fn check_fused_vs_unfused(gpu: &Gpu, cfg: &RewardConfig, n: usize, steps: usize, seed: u64) -> Result<Vec<Comparison>> {
     let mut trades = Trades::new(n, Mix::Mixed, seed);
-    let (mut a, mut b) = (RewardChain::new(gpu, cfg, n)?, RewardChain::new(gpu, cfg, n)?);
+    let (mut a, mut b) = (RewardPipeline::new(gpu, cfg, n)?, RewardPipeline::new(gpu, cfg, n)?);
     let mut c = Vec::new();
     for t in 0..steps {
         trades.advance();
         let (dr, dp) = (gpu.stream.clone_htod(&trades.realized)?, gpu.stream.clone_htod(&trades.position)?);
-        a.step(RewardPath::Chain, &dr, &dp)?;
+        a.step(RewardPath::Unfused, &dr, &dp)?;
         b.step(RewardPath::Fused, &dr, &dp)?;
         merge_step(&mut c, t, compare_bitwise_all(&a, &b, false)?);
     }
@@ -282,7 +282,7 @@ pub fn check_fused_vs_chain(gpu: &Gpu, cfg: &RewardConfig, n: usize, steps: usiz
 }
 
 /// Everything two pipelines hold, bitwise: outputs (with `work` if asked), state, global.
-fn compare_bitwise_all(want: &RewardChain, got: &RewardChain, with_work: bool) -> Result<Vec<Comparison>> {
+fn compare_bitwise_all(want: &RewardPipeline, got: &RewardPipeline, with_work: bool) -> Result<Vec<Comparison>> {
     let ((ew, gw), (eg, gg)) = (want.download_state()?, got.download_state()?);
     let mut c = compare_out(&got.read_out()?, &want.read_out()?, with_work);
     c.extend(compare_envs(&eg, &ew));
@@ -295,7 +295,7 @@ fn compare_bitwise_all(want: &RewardChain, got: &RewardChain, with_work: bool) -
 /// from the third step on and holds exactly the path's launches (1 fused, 12 chained).
 pub fn check_graph(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, steps: usize, seed: u64) -> Result<Vec<Comparison>> {
     let mut trades = Trades::new(n, Mix::Mixed, seed);
-    let (mut eager, mut graphed) = (RewardChain::new(gpu, cfg, n)?, RewardChain::new(gpu, cfg, n)?);
+    let (mut eager, mut graphed) = (RewardPipeline::new(gpu, cfg, n)?, RewardPipeline::new(gpu, cfg, n)?);
     let mut dr = gpu.stream.alloc_zeros::<f32>(n)?;
     let mut dp = gpu.stream.alloc_zeros::<i32>(n)?;
     let mut c = Vec::new();
@@ -305,10 +305,10 @@ pub fn check_graph(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, st
         gpu.stream.memcpy_htod(&trades.position, &mut dp)?;
         eager.step(path, &dr, &dp)?;
         graphed.step_graphed(path, &dr, &dp)?;
-        merge_step(&mut c, t, compare_bitwise_all(&eager, &graphed, path == RewardPath::Chain)?);
+        merge_step(&mut c, t, compare_bitwise_all(&eager, &graphed, path == RewardPath::Unfused)?);
     }
     let launches = match path {
-        RewardPath::Chain => 12,
+        RewardPath::Unfused => 12,
         RewardPath::Fused => 1,
     };
     let nodes = graphed.graph_nodes(path)?.unwrap_or(0);
@@ -322,7 +322,7 @@ pub fn check_graph(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, st
 /// not compared: they follow the EMAs through the controllers, so they drift with them.)
 pub fn check_drift(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, steps: usize, seed: u64) -> Result<Vec<Comparison>> {
     let mut trades = Trades::new(n, Mix::Mixed, seed);
-    let mut chain = RewardChain::new(gpu, cfg, n)?;
+    let mut chain = RewardPipeline::new(gpu, cfg, n)?;
     let (mut envs, mut global) = (RewardEnvs::new(n), RewardGlobal::new(cfg));
     let (mut got, mut want) = ([vec![], vec![], vec![]], [vec![], vec![], vec![]]);
     let (mut got_counts, mut want_counts) = (vec![], vec![]);
@@ -330,7 +330,7 @@ pub fn check_drift(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, st
         trades.advance();
         let (dr, dp) = (gpu.stream.clone_htod(&trades.realized)?, gpu.stream.clone_htod(&trades.position)?);
         chain.step(path, &dr, &dp)?;
-        reward_chain(cfg, &trades.realized, &trades.position, &mut envs, &mut global);
+        reward_step(cfg, &trades.realized, &trades.position, &mut envs, &mut global);
         let g = chain.download_state()?.1;
         for (j, (x, y)) in [(g.ema_duration, global.ema_duration), (g.ema_abs_pnl, global.ema_abs_pnl), (g.ema_outcome, global.ema_outcome)]
             .into_iter()

@@ -21,7 +21,7 @@ fn staged_index(layer: &ActLayer, pc: usize, k: usize) -> Option<usize> {
 }
 
 /// The layers' sources as qnet_act reads them: the flat parameters (trunk) and the dense
-/// head matrix qnet_heads_scatter builds from them (heads' outputs), and for each dense
+/// head matrix qnet_head_matrix_scatter builds from them (heads' outputs), and for each dense
 /// position the parameter it holds.
 fn sources(cfg: &QNetConfig, params: &[f32]) -> (Vec<f32>, Vec<Option<usize>>) {
     let d = Dims::of(cfg, 1);

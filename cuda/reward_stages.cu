@@ -1,5 +1,5 @@
 // reward_chain: the unfused reward pipeline, one kernel per stage of oracle
-// reward::reward_chain, launched in reward::STAGES order (the two reductions, stage 6
+// reward::reward_step, launched in reward::STAGES order (the two reductions, stage 6
 // `reward_ema` and stage 10 `reward_dispersion`, are a partial kernel and a finalize
 // kernel each). Per-env stages: grid-stride over N, any grid, float32 with _rn intrinsics
 // in the oracle's order. Reductions: the launcher's blocks (at most 1024) of REWARD_THREADS threads sum

@@ -1,18 +1,18 @@
 // Prioritized replay: control block and sum tree, shared by the per_* kernels.
-// Spec: oracle/src/per.rs. Tree of 2L floats, root at node 1, leaf i at node L + i,
+// Spec: oracle/src/replay.rs. Tree of 2L floats, root at node 1, leaf i at node L + i,
 // every internal node = left + right (float, in that order).
 #pragma once
 
-#define PER_ACTION_BRANCHES 3
+#define REPLAY_ACTION_BRANCHES 3
 
-// Mirrors oracle::per::PerCtl (repr(C)): advanced only by kernels.
-struct PerCtl {
+// Mirrors oracle::per::ReplayCtl (repr(C)): advanced only by kernels.
+struct ReplayCtl {
     unsigned int cursor;
     unsigned int size;
     unsigned int sample_step;
     float max_priority;
 };
-static_assert(sizeof(PerCtl) == 16, "PerCtl is read as 4 words by src/replay.rs ctl_words");
+static_assert(sizeof(ReplayCtl) == 16, "ReplayCtl is read as 4 words by src/replay.rs ctl_words");
 
 // Refresh the ancestors of `count` leaves, one level per barrier, from the bottom up.
 // `leaf_of(j)` names the j-th touched leaf. Two threads whose leaves share an ancestor write

@@ -1,15 +1,15 @@
-// qnet_adam: Adam with bias correction (Kingma and Ba 2015; PyTorch Adam, no weight decay) on
+// optimizer_adam: Adam with bias correction (Kingma and Ba 2015; PyTorch Adam, no weight decay) on
 // the flat parameters, the gradient scaled by the clip scale; the step's clip scale and bias
-// corrections read from the device control block (written by qnet_grad_norm, which advanced
+// corrections read from the device control block (written by optimizer_grad_norm, which advanced
 // the step). Arithmetic in double, each stored value rounded once to float.
 // Oracle: qnet::adam_step after qnet::clip_grads.
 // The mirror: parameters [mirror_from, mirror_from + mirror_count) also go to
 // mirror[mirror_index[i - mirror_from]] (the online network's dense head matrix, so no
-// qnet_heads_scatter launch follows; qnet_heads.cu); mirror_count 0 for none.
+// qnet_head_matrix_scatter launch follows; qnet_head_matrix.cu); mirror_count 0 for none.
 // Grid: grid-stride over n, any grid.
-#include "common/qnet.cuh"
+#include "common/optimizer.cuh"
 
-extern "C" __global__ void qnet_adam(float* __restrict__ p, const float* __restrict__ g,
+extern "C" __global__ void optimizer_adam(float* __restrict__ p, const float* __restrict__ g,
                                      float* __restrict__ m, float* __restrict__ v, unsigned long long n,
                                      const OptCtl* __restrict__ ctl, float lr, float beta1, float beta2,
                                      float eps, const unsigned int* __restrict__ mirror_index,

@@ -1,4 +1,4 @@
-// qnet_grad_norm: global L2 norm of the flat gradient as a deterministic two-stage reduction
+// optimizer_grad_norm: global L2 norm of the flat gradient as a deterministic two-stage reduction
 // in double, then the clip scale min(1, max_norm / (norm + 1e-6)), the Adam step counter
 // advanced and the step's bias corrections 1 - beta^t, all in the device control block
 // OptCtl. One launch: block b sums its grid-stride share into partial[b] (a fixed tree over
@@ -7,10 +7,11 @@
 // qnet::clip_grads, qnet::adam_step (the corrections).
 // Grid: any number of 256-thread blocks, `partial` one double per block, `done` a zero
 // word (the last block returns it to zero).
-#include "common/qnet.cuh"
+#include "common/optimizer.cuh"
+#include "common/block.cuh"
 #include "common/grid.cuh"
 
-extern "C" __global__ void qnet_grad_norm(const float* __restrict__ g, unsigned long long n,
+extern "C" __global__ void optimizer_grad_norm(const float* __restrict__ g, unsigned long long n,
                                           double* __restrict__ partial, unsigned int* __restrict__ done,
                                           float max_norm, float beta1, float beta2, OptCtl* __restrict__ ctl) {
     __shared__ double s[256];

@@ -1,11 +1,11 @@
-// per_insert: write n transitions into the ring at (cursor + j) mod C with the running max
-// priority, refresh the sum tree, advance cursor and size. Oracle: per::per_insert.
-//   per_insert_rows: grid-stride over n * max(S, 3) elements, any grid; reads ctl->cursor.
-//   per_insert_tree: ONE block (any multiple of 32 up to 1024 threads, loops over n); then
-//                    advances ctl. Launch after per_insert_rows on the same stream.
-#include "common/per.cuh"
+// replay_insert: write n transitions into the ring at (cursor + j) mod C with the running max
+// priority, refresh the sum tree, advance cursor and size. Oracle: per::replay_insert.
+//   replay_insert_rows: grid-stride over n * max(S, 3) elements, any grid; reads ctl->cursor.
+//   replay_insert_tree: ONE block (any multiple of 32 up to 1024 threads, loops over n); then
+//                    advances ctl. Launch after replay_insert_rows on the same stream.
+#include "common/replay.cuh"
 
-extern "C" __global__ void per_insert_rows(const PerCtl* __restrict__ ctl,
+extern "C" __global__ void replay_insert_rows(const ReplayCtl* __restrict__ ctl,
                                            const float* __restrict__ in_states,       // [n, S]
                                            const float* __restrict__ in_next_states,  // [n, S]
                                            const int* __restrict__ in_actions,        // [n, 3]
@@ -18,7 +18,7 @@ extern "C" __global__ void per_insert_rows(const PerCtl* __restrict__ ctl,
                                            float* __restrict__ dones,                 // [C]
                                            unsigned int n, unsigned int capacity, unsigned int state_dim) {
     const unsigned int cursor = ctl->cursor;
-    const unsigned int width = state_dim > PER_ACTION_BRANCHES ? state_dim : PER_ACTION_BRANCHES;
+    const unsigned int width = state_dim > REPLAY_ACTION_BRANCHES ? state_dim : REPLAY_ACTION_BRANCHES;
     const unsigned long long total = (unsigned long long)n * width;
     for (unsigned long long k = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; k < total;
          k += (unsigned long long)gridDim.x * blockDim.x) {
@@ -28,7 +28,7 @@ extern "C" __global__ void per_insert_rows(const PerCtl* __restrict__ ctl,
             states[slot * state_dim + c] = in_states[(unsigned long long)j * state_dim + c];
             next_states[slot * state_dim + c] = in_next_states[(unsigned long long)j * state_dim + c];
         }
-        if (c < PER_ACTION_BRANCHES) actions[slot * PER_ACTION_BRANCHES + c] = in_actions[j * PER_ACTION_BRANCHES + c];
+        if (c < REPLAY_ACTION_BRANCHES) actions[slot * REPLAY_ACTION_BRANCHES + c] = in_actions[j * REPLAY_ACTION_BRANCHES + c];
         if (c == 0) {
             rewards[slot] = in_rewards[j];
             dones[slot] = in_dones[j];
@@ -36,7 +36,7 @@ extern "C" __global__ void per_insert_rows(const PerCtl* __restrict__ ctl,
     }
 }
 
-extern "C" __global__ void per_insert_tree(PerCtl* __restrict__ ctl, float* __restrict__ tree,
+extern "C" __global__ void replay_insert_tree(ReplayCtl* __restrict__ ctl, float* __restrict__ tree,
                                            unsigned int leaves, unsigned int n, unsigned int capacity) {
     const unsigned int cursor = ctl->cursor;
     const unsigned int size = ctl->size;

@@ -1,5 +1,5 @@
-//! The optimizer kernels against the oracle: `qnet_grad_norm` (norm, clip scale, step),
-//! `qnet_adam` (one step from arbitrary moments), `qnet_target_sync` (hard and Polyak), and
+//! The optimizer kernels against the oracle: `optimizer_grad_norm` (norm, clip scale, step),
+//! `optimizer_adam` (one step from arbitrary moments), `optimizer_target_sync` (hard and Polyak), and
 //! a captured optimizer step replaying bitwise like eager launches.
 
 mod common;
@@ -10,7 +10,7 @@ mod gpu {
     use rand_chacha::ChaCha8Rng;
     use tallyho::graph::{address, Binding, GraphSlot};
     use tallyho::optimizer::Optimizer;
-    use tallyho::harness::parity::optimizer::{check_qnet_adam, check_qnet_grad_norm, check_qnet_target_sync};
+    use tallyho::harness::parity::optimizer::{check_optimizer_adam, check_optimizer_grad_norm, check_optimizer_target_sync};
     use tallyho::harness::parity::uniform;
     use tallyho_oracle::qnet::QNetConfig;
     use tallyho_oracle::{compare_bitwise, compare_exact};
@@ -19,7 +19,7 @@ mod gpu {
     fn grad_norm_and_clip_scale_match_the_oracle_and_advance_the_step() {
         let gpu = gpu();
         for (i, (n, scale)) in [(1, 3.0), (3, 0.1), (50, 1.0), (783, 20.0), (4096, 0.01), (1_000_003, 0.05)].into_iter().enumerate() {
-            assert_all(&check_qnet_grad_norm(&gpu, n, scale, 31 + i as u64).unwrap());
+            assert_all(&check_optimizer_grad_norm(&gpu, n, scale, 31 + i as u64).unwrap());
         }
     }
 
@@ -27,7 +27,7 @@ mod gpu {
     fn one_adam_step_matches_the_oracle_from_arbitrary_moments() {
         let gpu = gpu();
         for (i, (n, step, gscale)) in [(1, 0, 1.0), (3, 7, 50.0), (783, 0, 0.3), (100_003, 1234, 5.0)].into_iter().enumerate() {
-            assert_all(&check_qnet_adam(&gpu, n, step, gscale, 40 + i as u64).unwrap());
+            assert_all(&check_optimizer_adam(&gpu, n, step, gscale, 40 + i as u64).unwrap());
         }
     }
 
@@ -35,7 +35,7 @@ mod gpu {
     fn target_sync_copies_or_averages_bitwise_like_the_oracle() {
         let gpu = gpu();
         for (i, n) in [1, 50, 4099].into_iter().enumerate() {
-            assert_all(&check_qnet_target_sync(&gpu, n, 50 + i as u64).unwrap());
+            assert_all(&check_optimizer_target_sync(&gpu, n, 50 + i as u64).unwrap());
         }
     }
 

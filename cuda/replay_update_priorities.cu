@@ -1,17 +1,17 @@
-// per_update_priorities: leaf[idx_j] <- (|td_j| + eps)^alpha (pow in double, rounded once),
+// replay_update_priorities: leaf[idx_j] <- (|td_j| + eps)^alpha (pow in double, rounded once),
 // the LAST occurrence of a repeated index winning as in a sequential loop; running max
-// priority over every assigned value; sum-tree refresh. Oracle: per::per_update_priorities.
+// priority over every assigned value; sum-tree refresh. Oracle: per::replay_update_priorities.
 // Grid: ONE block, a multiple of 32 threads up to 1024, looping over any B.
 // `winner` is C words of scratch, all 0 between launches (left so on return).
-#include "common/per.cuh"
+#include "common/replay.cuh"
 #include "common/block.cuh"
 
-__device__ __forceinline__ float per_priority(float td, float alpha, float eps) {
+__device__ __forceinline__ float replay_priority(float td, float alpha, float eps) {
     return (float)pow((double)fabsf(td) + (double)eps, (double)alpha);
 }
 
-extern "C" __global__ void per_update_priorities(float* __restrict__ tree, unsigned int leaves,
-                                                 PerCtl* __restrict__ ctl,
+extern "C" __global__ void replay_update_priorities(float* __restrict__ tree, unsigned int leaves,
+                                                 ReplayCtl* __restrict__ ctl,
                                                  unsigned int* __restrict__ winner,        // [C]
                                                  const unsigned int* __restrict__ indices, // [B]
                                                  const float* __restrict__ td_abs,         // [B]
@@ -22,12 +22,12 @@ extern "C" __global__ void per_update_priorities(float* __restrict__ tree, unsig
         const unsigned int i = indices[j];
         if (i >= capacity) continue;
         atomicMax(&winner[i], j + 1u);  // max is order-independent: the last j wins
-        p_max = fmaxf(p_max, per_priority(td_abs[j], alpha, eps));
+        p_max = fmaxf(p_max, replay_priority(td_abs[j], alpha, eps));
     }
     p_max = block_reduce(p_max, MaxOp());  // barriers: every atomicMax is done
     for (unsigned int j = threadIdx.x; j < batch; j += blockDim.x) {
         const unsigned int i = indices[j];
-        if (i < capacity && winner[i] == j + 1u) tree[leaves + i] = per_priority(td_abs[j], alpha, eps);
+        if (i < capacity && winner[i] == j + 1u) tree[leaves + i] = replay_priority(td_abs[j], alpha, eps);
     }
     __syncthreads();
     for (unsigned int j = threadIdx.x; j < batch; j += blockDim.x) {

@@ -1,13 +1,13 @@
-// per_sample: B stratified thresholds by Philox at ctl->sample_step over the total in tree[1],
+// replay_sample: B stratified thresholds by Philox at ctl->sample_step over the total in tree[1],
 // a sum-tree descent for each, importance weights (p_i / p_min)^-beta with beta from the
-// step; then advances ctl->sample_step. Oracle: per::per_sample.
+// step; then advances ctl->sample_step. Oracle: per::replay_sample.
 // Grid: ONE block, a multiple of 32 threads up to 1024, looping over any B.
 #include "common/philox.cuh"
-#include "common/per.cuh"
+#include "common/replay.cuh"
 #include "common/block.cuh"
 
-extern "C" __global__ void per_sample(const float* __restrict__ tree, unsigned int leaves,
-                                      PerCtl* __restrict__ ctl,
+extern "C" __global__ void replay_sample(const float* __restrict__ tree, unsigned int leaves,
+                                      ReplayCtl* __restrict__ ctl,
                                       unsigned int key0, unsigned int key1,
                                       float beta0, float beta_inc,
                                       unsigned int batch,
@@ -19,7 +19,7 @@ extern "C" __global__ void per_sample(const float* __restrict__ tree, unsigned i
     const uint2 key = make_uint2(key0, key1);
     float p_min = TALLYHO_INF;
     for (unsigned int i = threadIdx.x; i < batch; i += blockDim.x) {
-        const float u = philox_u01(philox_draw(key, i, step, PHILOX_STREAM_PER_SAMPLE).x);
+        const float u = philox_u01(philox_draw(key, i, step, PHILOX_STREAM_REPLAY_SAMPLE).x);
         const float t = __fmul_rn(__fadd_rn((float)i, u), seg);
         const unsigned int leaf = sum_tree_descend(tree, leaves, t);
         const float p = tree[leaves + leaf];

@@ -47,13 +47,13 @@ pub enum Epilogue {
     Relu,
 }
 
-pub struct Blas {
+pub struct Gemm {
     lt: LtEngine,
 }
 
-impl Blas {
+impl Gemm {
     pub fn new(stream: &Arc<CudaStream>) -> Result<Self> {
-        Ok(Blas { lt: LtEngine::new(stream)? })
+        Ok(Gemm { lt: LtEngine::new(stream)? })
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -66,7 +66,7 @@ impl Blas {
         self.lt.set_tf32(on);
     }
 
-    /// Are the products in TF32 ([`Blas::set_tf32`])?
+    /// Are the products in TF32 ([`Gemm::set_tf32`])?
     pub fn tf32(&self) -> bool {
         *self.lt.tf32.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -140,7 +140,7 @@ impl Blas {
     }
 }
 
-/// A product's shape as [`Blas`] takes it (row-major), the batch and its strides (A, B, C).
+/// A product's shape as [`Gemm`] takes it (row-major), the batch and its strides (A, B, C).
 #[derive(Clone, Copy, Debug)]
 struct Shape {
     m: usize,
@@ -235,7 +235,7 @@ impl Drop for LtEngine {
 }
 
 fn lt_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Blas { op: what.to_string(), detail: e.to_string() }
+    Error::Gemm { op: what.to_string(), detail: e.to_string() }
 }
 
 impl LtEngine {

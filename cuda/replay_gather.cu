@@ -1,8 +1,8 @@
-// per_gather: the transitions at indices[0..B] into the batch buffers, in batch order.
-// Grid-stride over B * max(S, 3) elements, any grid. Oracle: per::per_gather.
-#include "common/per.cuh"
+// replay_gather: the transitions at indices[0..B] into the batch buffers, in batch order.
+// Grid-stride over B * max(S, 3) elements, any grid. Oracle: per::replay_gather.
+#include "common/replay.cuh"
 
-extern "C" __global__ void per_gather(const unsigned int* __restrict__ indices,  // [B]
+extern "C" __global__ void replay_gather(const unsigned int* __restrict__ indices,  // [B]
                                       const float* __restrict__ states,          // [C, S]
                                       const float* __restrict__ next_states,     // [C, S]
                                       const int* __restrict__ actions,           // [C, 3]
@@ -14,7 +14,7 @@ extern "C" __global__ void per_gather(const unsigned int* __restrict__ indices, 
                                       float* __restrict__ out_rewards,           // [B]
                                       float* __restrict__ out_dones,             // [B]
                                       unsigned int batch, unsigned int state_dim) {
-    const unsigned int width = state_dim > PER_ACTION_BRANCHES ? state_dim : PER_ACTION_BRANCHES;
+    const unsigned int width = state_dim > REPLAY_ACTION_BRANCHES ? state_dim : REPLAY_ACTION_BRANCHES;
     const unsigned long long total = (unsigned long long)batch * width;
     for (unsigned long long k = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; k < total;
          k += (unsigned long long)gridDim.x * blockDim.x) {
@@ -24,7 +24,7 @@ extern "C" __global__ void per_gather(const unsigned int* __restrict__ indices, 
             out_states[(unsigned long long)j * state_dim + c] = states[i * state_dim + c];
             out_next_states[(unsigned long long)j * state_dim + c] = next_states[i * state_dim + c];
         }
-        if (c < PER_ACTION_BRANCHES) out_actions[j * PER_ACTION_BRANCHES + c] = actions[i * PER_ACTION_BRANCHES + c];
+        if (c < REPLAY_ACTION_BRANCHES) out_actions[j * REPLAY_ACTION_BRANCHES + c] = actions[i * REPLAY_ACTION_BRANCHES + c];
         if (c == 0) {
             out_rewards[j] = rewards[i];
             out_dones[j] = dones[i];
