@@ -1,12 +1,12 @@
-// reward_chain: the unfused reward pipeline, one kernel per stage of oracle
-// reward::reward_step, launched in reward::STAGES order (the two reductions, stage 6
+// reward_stages: the unfused reward pipeline, one kernel per stage of oracle
+// reward::reward_step, launched in reward::Stage::ALL order (the two reductions, stage 6
 // `reward_ema` and stage 10 `reward_dispersion`, are a partial kernel and a finalize
 // kernel each). Per-env stages: grid-stride over N, any grid, float32 with _rn intrinsics
 // in the oracle's order. Reductions: the launcher's blocks (at most 1024) of REWARD_THREADS threads sum
 // their envs in double (each thread in index order, then a fixed tree), the finalize
 // kernel (ONE block of REWARD_THREADS) sums the block partials in a fixed tree: the same
 // bits at every launch. The global state is 8 floats (oracle RewardGlobal::to_words).
-// Oracle: reward::reward_chain.
+// Oracle: reward::reward_step.
 
 #include "common/reward.cuh"
 

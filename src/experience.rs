@@ -3,7 +3,7 @@
 //! and the Q-network, and owns what joins them: the one-launch `experience_step` kernel
 //! (cuda/experience_step.cu: a block gathers its envs' states, runs the acting forward of
 //! cuda/common/qnet_act.cuh on them and steps them), and the verification path it must
-//! equal bit for bit, the chain of three launches `state_gather` -> [`QNet::act`] ->
+//! equal bit for bit, the three unfused launches `state_gather` -> [`QNet::act`] ->
 //! `env_step`. Spec: tallyho_oracle::env `state_gather`, qnet `forward` and `head_q`, env
 //! `env_step`, in a row.
 //!
@@ -29,9 +29,9 @@ const EXPERIENCE_STEP: ForwardEntries = ForwardEntries {
 /// Which launches make the experience step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExperiencePath {
-    /// `experience_step` where the network acts on N rows by `qnet_act`; else the chain.
+    /// `experience_step` where the network acts on N rows by `qnet_act`; else the unfused launches.
     Fused,
-    /// Always the chain of three (`state_gather`, [`QNet::act`], `env_step`): the
+    /// Always the three unfused launches (`state_gather`, [`QNet::act`], `env_step`): the
     /// verification path that checks the one launch, stage by stage.
     Unfused,
 }
@@ -72,13 +72,13 @@ impl Experience {
 
     /// One experience timestep, eagerly: epsilon's schedule where one anneals it
     /// (`schedule_epsilon`), then the one launch where [`Experience::in_one_launch`], else the
-    /// chain of three, with the same outputs bit for bit. No allocation, no host copy.
+    /// three unfused launches, with the same outputs bit for bit. No allocation, no host copy.
     pub fn step(&self, env: &mut Env, net: &QNet, acting: &mut Acting) -> Result<()> {
         let envs = env.config().envs;
         if acting.rows() != envs {
             return Err(Error::Shape(format!("acting buffers of {} rows for {envs} envs", acting.rows())));
         }
-        env.advance_epsilon()?;
+        env.epsilon.advance()?;
         if self.path == ExperiencePath::Fused {
             if let Some((_, launch)) = net.act_launch(envs)? {
                 let stream = env.stream().clone();
@@ -114,7 +114,7 @@ impl Experience {
         let stream: Arc<_> = env.stream().clone();
         let e = env.act_env();
         let (params, heads) = net.act_addresses();
-        let binding = Binding::of(&[e.states_address(), params, heads, address(&stream, &acting.q), self.in_one_launch(env, net) as u64, env.epsilon_scheduled() as u64]);
+        let binding = Binding::of(&[e.states_address(), params, heads, address(&stream, &acting.q), self.in_one_launch(env, net) as u64, env.epsilon.scheduled() as u64]);
         GraphSlot::run_on(self, |x| &mut x.graph, &stream, binding, |x| x.step(env, net, acting))
     }
 

@@ -13,6 +13,7 @@ pub mod qnet;
 pub mod replay;
 pub mod reward;
 pub mod runtime;
+pub mod schedule;
 
 pub use error::{Error, Result};
 pub use runtime::Gpu;

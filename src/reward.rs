@@ -1,7 +1,7 @@
 //! The reward pipeline on the device, by two paths over the same state and outputs: the
-//! unfused chain of cuda/reward_stages.cu, one launch per [`Stage`] in `Stage::ALL` order
+//! unfused stages of cuda/reward_stages.cu, one launch per [`Stage`] in `Stage::ALL` order
 //! (spec: reward::reward_stage), and the fused kernel of cuda/reward_fused.cu, one launch
-//! for the whole step (spec: reward::reward_chain). Either runs eagerly or through its own
+//! for the whole step (spec: reward::reward_step). Either runs eagerly or through its own
 //! graph slot. Every buffer is allocated in `RewardPipeline::new`; the constants are one
 //! kernel argument and every per-step value (the global state, the per-env state) lives
 //! in device memory, so a captured step replays on whatever the buffers then hold.
@@ -103,21 +103,21 @@ impl RewardPipeline {
         if envs == 0 || envs > 1 << 24 {
             return Err(Error::Shape(format!("{envs} envs for the reward chain: use 1 to 2^24")));
         }
-        use entry::reward_stages as rc;
+        use entry::reward_stages as stages;
         let f = |e| gpu.function(e);
         let k = Kernels {
-            pnl_delta: f(rc::REWARD_PNL_DELTA)?,
-            shaping: f(rc::REWARD_SHAPING)?,
-            snapshot: f(rc::REWARD_SNAPSHOT)?,
-            abs: f(rc::REWARD_ABS)?,
-            duration: f(rc::REWARD_DURATION)?,
-            ema_partial: f(rc::REWARD_EMA_PARTIAL)?,
-            ema_finalize: f(rc::REWARD_EMA_FINALIZE)?,
-            outcome: f(rc::REWARD_OUTCOME)?,
-            scale: f(rc::REWARD_SCALE)?,
-            controllers: f(rc::REWARD_CONTROLLERS)?,
-            dispersion_partial: f(rc::REWARD_DISPERSION_PARTIAL)?,
-            dispersion_finalize: f(rc::REWARD_DISPERSION_FINALIZE)?,
+            pnl_delta: f(stages::REWARD_PNL_DELTA)?,
+            shaping: f(stages::REWARD_SHAPING)?,
+            snapshot: f(stages::REWARD_SNAPSHOT)?,
+            abs: f(stages::REWARD_ABS)?,
+            duration: f(stages::REWARD_DURATION)?,
+            ema_partial: f(stages::REWARD_EMA_PARTIAL)?,
+            ema_finalize: f(stages::REWARD_EMA_FINALIZE)?,
+            outcome: f(stages::REWARD_OUTCOME)?,
+            scale: f(stages::REWARD_SCALE)?,
+            controllers: f(stages::REWARD_CONTROLLERS)?,
+            dispersion_partial: f(stages::REWARD_DISPERSION_PARTIAL)?,
+            dispersion_finalize: f(stages::REWARD_DISPERSION_FINALIZE)?,
             fused: gpu.function(entry::reward_fused::REWARD_FUSED)?,
         };
         let p = RewardParams {

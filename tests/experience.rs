@@ -42,7 +42,7 @@ mod gpu {
     }
 
     #[test]
-    fn the_experience_step_in_one_launch_is_bitwise_the_chain_of_three() {
+    fn the_experience_step_in_one_launch_is_bitwise_the_unfused_launches() {
         let gpu = gpu();
         let m = es_market();
         // 783 envs: a partial last block at both rows per block; a 7-step limit, so that

@@ -123,4 +123,57 @@ mod gpu {
         let err = buf.sample_gather_update(&other).unwrap_err().to_string();
         assert!(err.contains("use a new slot for new buffers"), "{err}");
     }
+
+    #[test]
+    fn stage_slots_nest_inside_an_enclosing_capture_and_replay_bitwise_like_eager() {
+        use tallyho::graph::{address, Binding, GraphSlot};
+        use tallyho::harness::parity::reward::{check_config, Mix, Trades};
+        use tallyho::reward::{RewardPath, RewardPipeline};
+        let gpu = gpu();
+        let (st, td_host) = setup(25);
+        let td = gpu.stream.clone_htod(&td_host).unwrap();
+        let n = 777;
+        let cfg = check_config();
+        let (mut eager_buf, mut nested_buf) = (ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap(), ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap());
+        eager_buf.upload_state(&st).unwrap();
+        nested_buf.upload_state(&st).unwrap();
+        let (mut eager_rw, mut nested_rw) = (RewardPipeline::new(&gpu, &cfg, n).unwrap(), RewardPipeline::new(&gpu, &cfg, n).unwrap());
+        let mut trades = Trades::new(n, Mix::Mixed, 26);
+        let mut realized = gpu.stream.clone_htod(&trades.realized).unwrap();
+        let mut position = gpu.stream.clone_htod(&trades.position).unwrap();
+        // The whole step: two stages' graphed paths inside one enclosing slot.
+        let mut outer = GraphSlot::new("whole step");
+        let binding = Binding::of(&[address(&gpu.stream, &td), address(&gpu.stream, &realized), address(&gpu.stream, &position)]);
+        for step in 0..8 {
+            trades.advance();
+            gpu.stream.memcpy_htod(&trades.realized, &mut realized).unwrap();
+            gpu.stream.memcpy_htod(&trades.position, &mut position).unwrap();
+            eager_buf.sample().unwrap();
+            eager_buf.gather().unwrap();
+            eager_buf.update_priorities(&td).unwrap();
+            eager_rw.step(RewardPath::Fused, &realized, &position).unwrap();
+            outer
+                .run(&gpu.stream, binding, || {
+                    nested_buf.sample_gather_update(&td)?;
+                    nested_rw.step_graphed(RewardPath::Fused, &realized, &position)
+                })
+                .unwrap();
+            let (ei, ew) = eager_buf.read_sample().unwrap();
+            let (gi, gw) = nested_buf.read_sample().unwrap();
+            let (eo, go) = (eager_rw.read_out().unwrap(), nested_rw.read_out().unwrap());
+            let mut c = vec![
+                compare_exact("indices", &gi, &ei),
+                compare_bitwise("weights", &gw, &ew),
+                compare_bitwise("reward", &go.reward, &eo.reward),
+            ];
+            c.extend(compare_states(&nested_buf.download_state().unwrap(), &eager_buf.download_state().unwrap()));
+            assert_all(&c);
+            assert!(eo.reward.iter().any(|&r| r != 0.0), "step {step}: an all-zero reward compares nothing");
+        }
+        // The outer slot replays; the inner slots ran eagerly once (the outer's warm-up) and
+        // were captured only as part of the outer graph, never on their own.
+        assert_eq!(outer.phase(), Phase::Replay);
+        assert_eq!(nested_buf.graph_phase(), Phase::Capture);
+        assert_eq!(nested_rw.graph_phase(RewardPath::Fused), Phase::Capture);
+    }
 }

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["runtime"],
     &["graph", "gemm"],
-    &["philox", "replay", "optimizer", "reward", "env"],
+    &["philox", "replay", "optimizer", "reward", "schedule", "env"],
     &["qnet"],
     &["experience"],
     &["harness"],

@@ -38,7 +38,7 @@ mod gpu {
     }
 
     #[test]
-    fn unfused_reward_chain_matches_the_oracle_at_every_size_and_done_mix() {
+    fn unfused_reward_stages_match_the_oracle_at_every_size_and_done_mix() {
         steps_match(RewardPath::Unfused, 100);
     }
 

@@ -8,6 +8,8 @@ mod gpu {
     use tallyho::env::{load_market, Env};
     use tallyho::experience::Experience;
     use tallyho::qnet::QNet;
+    use tallyho::schedule::Epsilon;
+    use tallyho::harness::parity::schedule::check_schedule_epsilon;
     use tallyho_oracle::action::ACTION_BRANCHES;
     use tallyho_oracle::env::{EnvConfig, EnvMarket, Split, PORTFOLIO_FEATURES};
     use tallyho_oracle::qnet::QNetConfig;
@@ -17,19 +19,17 @@ mod gpu {
     #[test]
     fn schedule_epsilon_matches_the_oracle_bit_for_bit_past_its_end() {
         let gpu = gpu();
-        let m = load_market(None).unwrap();
-        let mut env = Env::new(&gpu, &EnvConfig { envs: 3, ..EnvConfig::default() }, &ACTION_BRANCHES, &EnvMarket::of(&m), Split::train(&m)).unwrap();
-        // 7 steps from 0.9 to 0.05: the fractions t / 7 are inexact in float.
-        let s = EpsilonSchedule { start: 0.9, end: 0.05, steps: 7 };
-        env.set_epsilon_schedule(&s).unwrap();
-        let (mut got, mut want) = (Vec::new(), Vec::new());
-        for t in 0..12 {
-            env.advance_epsilon().unwrap();
-            got.push(env.read_epsilon().unwrap());
-            want.push(schedule_epsilon(&s, t));
+        // 7 steps from 0.9 to 0.05 (the fractions t / 7 are inexact in float), 1000 steps,
+        // and a constant, each run past its end.
+        for (s, steps) in [((0.9, 0.05, 7), 12), ((1.0, 0.1, 1000), 1003), ((0.3, 0.3, 0), 3)] {
+            let s = EpsilonSchedule { start: s.0, end: s.1, steps: s.2 };
+            assert_all(&check_schedule_epsilon(&gpu, &s, steps).unwrap());
         }
-        assert_all(&[compare_bitwise("epsilon", &got, &want)]);
-        assert!(want.windows(2).any(|w| w[0] != w[1]) && want[11] == 0.05, "{want:?}");
+        // A constant rate launches nothing and stays.
+        let mut eps = Epsilon::new(&gpu, 1.0).unwrap();
+        eps.set_constant(0.25).unwrap();
+        eps.advance().unwrap();
+        assert_eq!(eps.read().unwrap(), 0.25);
     }
 
     #[test]
@@ -43,13 +43,13 @@ mod gpu {
         let mut acting = net.acting(50).unwrap();
         let mut exp = Experience::new(&gpu, &env, &net).unwrap();
         let s = EpsilonSchedule { start: 1.0, end: 0.1, steps: 6 };
-        env.set_epsilon_schedule(&s).unwrap();
+        env.epsilon.set_schedule(&s).unwrap();
         let (mut got, mut want) = (Vec::new(), Vec::new());
         // Steps 0 and 1 run eagerly and captured; 2.. replay the graph, whose launches took
         // no epsilon argument: the rate comes from the device counter.
         for t in 0..9 {
             exp.step_graphed(&mut env, &net, &mut acting).unwrap();
-            got.push(env.read_epsilon().unwrap());
+            got.push(env.epsilon.read().unwrap());
             want.push(schedule_epsilon(&s, t));
         }
         assert_eq!(exp.graph_phase(), tallyho::graph::Phase::Replay);

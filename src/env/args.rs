@@ -1,5 +1,5 @@
 //! The env's kernel arguments: `#[repr(C)]` mirrors of the structs of cuda/common/env.cuh,
-//! env_steps.cuh, cuda/schedule.cu and cuda/experience_step.cu, each with its size asserted
+//! env_steps.cuh and cuda/experience_step.cu, each with its size asserted
 //! on both sides.
 
 use tallyho_oracle::env::PORTFOLIO_FEATURES;
@@ -42,20 +42,6 @@ pub(super) struct StatePtrs(pub(super) [u64; 10]);
 unsafe impl cudarc::driver::DeviceRepr for StatePtrs {}
 // The size of `struct EnvState` (cuda/common/env.cuh static_asserts the same).
 const _: () = assert!(std::mem::size_of::<StatePtrs>() == 80);
-
-/// `struct EpsilonSchedule` of cuda/schedule.cu, a kernel argument.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(super) struct EpsilonParams {
-    pub(super) start: f32,
-    pub(super) end: f32,
-    pub(super) steps: u32,
-}
-
-// SAFETY: plain old data of 4-byte fields, laid out as the kernel's struct (repr(C)).
-unsafe impl cudarc::driver::DeviceRepr for EpsilonParams {}
-// The size of `struct EpsilonSchedule` (cuda/schedule.cu static_asserts the same).
-const _: () = assert!(std::mem::size_of::<EpsilonParams>() == 12);
 
 /// `struct ActionBranches` of cuda/action_select.cu.
 #[repr(C)]

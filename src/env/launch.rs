@@ -1,22 +1,9 @@
 //! The env's launchers: `state_gather`, `action_select`, `fill_step`, `barriers`, `env_step`
-//! (the last three in one launch) and `schedule_epsilon`.
+//! (the last three in one launch).
 
 use super::*;
 
 impl Env {
-    /// `schedule_epsilon`: the coming step's rate from the schedule's device counter, and the
-    /// counter's advance (one thread); nothing where epsilon is constant.
-    pub fn advance_epsilon(&mut self) -> Result<()> {
-        let Some(params) = self.schedule else { return Ok(()) };
-        let mut l = self.stream.launch_builder(&self.k.schedule_epsilon);
-        l.arg(&params).arg(&mut self.epsilon_step).arg(&mut self.epsilon);
-        let one = cudarc::driver::LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: schedule_epsilon(EpsilonSchedule by value, u32* step [1], float* epsilon
-        // [1]): both buffers hold one value (new); one thread, as the kernel takes.
-        unsafe { l.launch(one) }?;
-        Ok(())
-    }
-
     /// `state_gather`: states and the Q-forward's input from the bars and portfolios.
     pub fn state_gather(&mut self) -> Result<()> {
         let elems = self.cfg.envs * self.state_dim();
@@ -45,7 +32,7 @@ impl Env {
         let mut l = self.stream.launch_builder(&self.k.action_select);
         l.arg(q)
             .arg(&self.branches)
-            .arg(&self.epsilon)
+            .arg(self.epsilon.value())
             .arg(&self.st.clock)
             .arg(&envs)
             .arg(&self.params.key0)
@@ -109,7 +96,7 @@ impl Env {
         let mut l = Programmatic::new(&self.stream, &self.k.env_step);
         l.input(q)
             .value(&self.branches)
-            .input(&self.epsilon)
+            .input(self.epsilon.value())
             .input(&m.bid)
             .input(&m.ask)
             .input(&m.volatility)

@@ -6,6 +6,7 @@
 //! in device memory, so a captured step replays correctly.
 
 use crate::error::{Error, Result};
+use crate::schedule::Epsilon;
 use crate::runtime::{entry, grid_stride, Gpu, Programmatic};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use std::sync::Arc;
@@ -13,14 +14,13 @@ use tallyho_oracle::env::{EnvConfig, EnvMarket, EnvState, Fills, Outcome, Split,
 use tallyho_oracle::features::{self, FeatureConfig, Market};
 use tallyho_oracle::market::{self, SyntheticConfig};
 use tallyho_oracle::philox::key_of_seed;
-use tallyho_oracle::schedule::EpsilonSchedule;
 
 mod args;
 mod launch;
 mod readback;
 
 pub use args::ActEnv;
-use args::{ActionBranches, EnvParams, EpsilonParams, StatePtrs};
+use args::{ActionBranches, EnvParams, StatePtrs};
 
 /// The market of a run: the bars at `data` (a folder of LEAN zips or a headed CSV file) or,
 /// with no path, the embedded synthetic default market; then its features and splits.
@@ -63,7 +63,6 @@ struct Kernels {
     fill_step: CudaFunction,
     barriers: CudaFunction,
     env_step: CudaFunction,
-    schedule_epsilon: CudaFunction,
 }
 
 /// N environments over one market split, with the outputs of their last step.
@@ -78,13 +77,9 @@ pub struct Env {
     market: DeviceMarket,
     st: DeviceState,
     ptrs: StatePtrs,
-    /// Exploration rate, read by `action_select` from device memory; written by
-    /// `schedule_epsilon` each step where a schedule anneals it ([`Env::set_epsilon_schedule`]).
-    epsilon: CudaSlice<f32>,
-    /// The schedule's step counter (device memory: it advances under graph replay).
-    epsilon_step: CudaSlice<u32>,
-    /// The schedule; None: epsilon is a constant, and no schedule launch runs.
-    schedule: Option<EpsilonParams>,
+    /// The exploration rate the kernels read from device memory, constant or annealed on
+    /// the device (crate::schedule).
+    pub epsilon: Epsilon,
     /// `[N x S]`, the states of the last `state_gather`.
     pub states: CudaSlice<f32>,
     /// `[N x (S + 1)]`: the same with a ones column, the Q-forward's input.
@@ -96,13 +91,6 @@ pub struct Env {
     pub reward: CudaSlice<f32>,
     pub done: CudaSlice<f32>,
     pub reason: CudaSlice<i32>,
-}
-
-fn check_epsilon(name: &str, v: f32) -> Result<()> {
-    if !(0.0..=1.0).contains(&v) {
-        return Err(Error::Shape(format!("{name} {v} is outside [0, 1]: use a probability")));
-    }
-    Ok(())
 }
 
 fn check_market(m: &EnvMarket) -> Result<()> {
@@ -136,7 +124,6 @@ impl Env {
             fill_step: gpu.function(entry::fill_step::FILL_STEP)?,
             barriers: gpu.function(entry::barriers::BARRIERS)?,
             env_step: gpu.function(entry::env_step::ENV_STEP)?,
-            schedule_epsilon: gpu.function(entry::schedule::SCHEDULE_EPSILON)?,
         };
         let [key0, key1] = key_of_seed(cfg.seed);
         let params = EnvParams {
@@ -197,9 +184,7 @@ impl Env {
             market: dm,
             st,
             ptrs,
-            epsilon: s.clone_htod(&[1.0f32])?,
-            epsilon_step: s.alloc_zeros(1)?,
-            schedule: None,
+            epsilon: Epsilon::new(gpu, 1.0)?,
             states: s.alloc_zeros(e * sd)?,
             x: s.alloc_zeros(e * (sd + 1))?,
             actions: s.alloc_zeros(e * 3)?,
@@ -228,27 +213,9 @@ impl Env {
     }
 
     /// Set a constant exploration rate (a host write between steps: not inside a capture),
-    /// replacing any schedule.
+    /// replacing any schedule ([`Epsilon::set_schedule`] anneals it on the device).
     pub fn set_epsilon(&mut self, epsilon: f32) -> Result<()> {
-        check_epsilon("epsilon", epsilon)?;
-        self.schedule = None;
-        Ok(self.stream.memcpy_htod(&[epsilon], &mut self.epsilon)?)
-    }
-
-    /// Anneal the exploration rate on the device by `s` (tallyho_oracle::schedule), from its
-    /// step 0: each [`Env::advance_epsilon`] sets the coming step's rate and advances the
-    /// counter. A host write (not inside a capture).
-    pub fn set_epsilon_schedule(&mut self, s: &EpsilonSchedule) -> Result<()> {
-        check_epsilon("epsilon start", s.start)?;
-        check_epsilon("epsilon end", s.end)?;
-        self.schedule = Some(EpsilonParams { start: s.start, end: s.end, steps: s.steps });
-        self.stream.memcpy_htod(&[0u32], &mut self.epsilon_step)?;
-        Ok(self.stream.memcpy_htod(&[s.start], &mut self.epsilon)?)
-    }
-
-    /// Whether a schedule anneals epsilon (then [`Env::advance_epsilon`] launches).
-    pub fn epsilon_scheduled(&self) -> bool {
-        self.schedule.is_some()
+        self.epsilon.set_constant(epsilon)
     }
 
     /// The env as the experience step in one launch takes it (its addresses and constants).
@@ -263,7 +230,7 @@ impl Env {
             branches: self.branches,
             states: p(&self.states),
             x: p(&self.x),
-            epsilon: p(&self.epsilon),
+            epsilon: p(self.epsilon.value()),
             bid: p(&m.bid),
             ask: p(&m.ask),
             volatility: p(&m.volatility),

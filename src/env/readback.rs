@@ -4,11 +4,6 @@
 use super::*;
 
 impl Env {
-    /// The exploration rate in device memory (synchronizes; tests).
-    pub fn read_epsilon(&self) -> Result<f32> {
-        Ok(self.stream.clone_dtoh(&self.epsilon)?[0])
-    }
-
     /// Overwrite the portfolios (tests, fixtures); bars must lie inside the split.
     pub fn upload_state(&mut self, st: &EnvState) -> Result<()> {
         let n = self.cfg.envs;

@@ -23,9 +23,10 @@
 
 use crate::error::{Error, Result};
 use crate::replay::{DeviceTransitions, ReplayBuffer};
+use crate::graph::{Binding, GraphSlot};
 use crate::runtime::Gpu;
-use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaSlice};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::CudaSlice;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::fmt::Write as _;
@@ -68,8 +69,6 @@ pub struct BenchRow {
     pub p10_us: f64,
     pub p90_us: f64,
     pub reps: usize,
-    /// GEMM floating-point rate at the median, TFLOP/s (network benchmarks only).
-    pub tflops: Option<f64>,
     /// Env transitions per second at the median (experience benchmarks only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transitions_per_s: Option<f64>,
@@ -197,9 +196,9 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
         rows.extend(with_transitions_per_s(step, n));
         if run.exp.in_one_launch(&run.env, &net) {
-            // The same step as the chain of three launches it replaces.
+            // The same step as the three unfused launches it replaces.
             run.exp.set_path(ExperiencePath::Unfused);
-            let chain = timing.both_modes(gpu, &mut run, "experience step (chain)", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
+            let chain = timing.both_modes(gpu, &mut run, "experience step (unfused)", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
             run.exp.set_path(ExperiencePath::Fused);
             rows.extend(with_transitions_per_s(chain, n));
         }
@@ -255,7 +254,7 @@ pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         let position: Vec<i32> = (0..n).map(|_| if rng.gen_bool(0.3) { rng.gen_range(-3..=3) } else { 0 }).collect();
         let (dr, dp) = (gpu.stream.clone_htod(&realized)?, gpu.stream.clone_htod(&position)?);
         let mut chain = RewardPipeline::new(gpu, &RewardConfig::default(), n)?;
-        rows.extend(timing.both_modes(gpu, &mut chain, "reward chain", 0, n, |c| c.step(RewardPath::Unfused, &dr, &dp))?);
+        rows.extend(timing.both_modes(gpu, &mut chain, "reward unfused", 0, n, |c| c.step(RewardPath::Unfused, &dr, &dp))?);
         rows.extend(timing.both_modes(gpu, &mut chain, "reward fused", 0, n, |c| c.step(RewardPath::Fused, &dr, &dp))?);
         gpu.synchronize()?;
     }
@@ -297,7 +296,6 @@ impl Timing {
             p10_us: percentile(&samples, 0.1),
             p90_us: percentile(&samples, 0.9),
             reps: samples.len(),
-            tflops: None,
             transitions_per_s: None,
         };
         for _ in 0..self.warmup {
@@ -306,12 +304,13 @@ impl Timing {
         gpu.synchronize()?;
         let eager = time_us(gpu, self.reps, || work(per))?;
 
-        let graph = capture(gpu, || work(per))?;
-        for _ in 0..self.warmup {
-            graph.launch()?;
+        // The one graph mechanism: its warm-up run, its capture, then replays.
+        let (mut slot, binding) = (GraphSlot::new("bench"), Binding::of(&[]));
+        for _ in 0..2 + self.warmup {
+            slot.run(&gpu.stream, binding, || work(per))?;
         }
         gpu.synchronize()?;
-        let replayed = time_us(gpu, self.reps, || Ok(graph.launch()?))?;
+        let replayed = time_us(gpu, self.reps, || slot.run(&gpu.stream, binding, || work(per)))?;
         Ok([row("eager", eager), row("graph", replayed)])
     }
 }
@@ -330,16 +329,6 @@ fn time_us(gpu: &Gpu, reps: usize, mut work: impl FnMut() -> Result<()>) -> Resu
     }
     samples.sort_by(f64::total_cmp);
     Ok(samples)
-}
-
-/// Capture the launches of `body` on `gpu.stream` into an instantiated graph. The capture
-/// is always ended, also when `body` fails, so the stream is left usable.
-fn capture(gpu: &Gpu, body: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
-    gpu.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let captured = body();
-    let graph = gpu.stream.end_capture(CUgraphInstantiate_flags(0));
-    captured?;
-    graph?.ok_or_else(|| Error::Graph { name: "bench", why: "capture recorded no work".into() })
 }
 
 /// Linear interpolation between the closest ranks of sorted, non-empty `sorted`.
@@ -386,8 +375,8 @@ fn random_td(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
 
 /// An aligned text table: one line per row, after a header.
 pub fn format_table(rows: &[BenchRow]) -> String {
-    let header = ["op", "capacity", "batch", "mode", "median_us", "p10_us", "p90_us", "reps", "tflops", "trans/s"];
-    let cells: Vec<[String; 10]> = rows
+    let header = ["op", "capacity", "batch", "mode", "median_us", "p10_us", "p90_us", "reps", "trans/s"];
+    let cells: Vec<[String; 9]> = rows
         .iter()
         .map(|r| {
             [
@@ -399,7 +388,6 @@ pub fn format_table(rows: &[BenchRow]) -> String {
                 format!("{:.2}", r.p10_us),
                 format!("{:.2}", r.p90_us),
                 r.reps.to_string(),
-                r.tflops.map_or("-".to_string(), |t| format!("{t:.2}")),
                 r.transitions_per_s.map_or("-".to_string(), |t| format!("{t:.3e}")),
             ]
         })
@@ -457,7 +445,6 @@ mod tests {
             p10_us: 1.0,
             p90_us: 123.456,
             reps: 100,
-            tflops: None,
             transitions_per_s: None,
         };
         let t = format_table(&[row("sample", "eager", 12.5), row("sample+gather+update", "graph", 3.25)]);

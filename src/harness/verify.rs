@@ -106,6 +106,12 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         m.add("replay_gather", parity::replay::check_replay_gather(gpu, &case)?);
         m.add("replay_update_priorities", parity::replay::check_replay_update_priorities(gpu, &case)?);
     }
+    progress("schedules");
+    for (i, s) in [(0.9, 0.05, 7), (1.0, 0.1, 1000), (0.3, 0.3, 0)].into_iter().enumerate() {
+        let sched = tallyho_oracle::schedule::EpsilonSchedule { start: s.0, end: s.1, steps: s.2 };
+        let steps = if i == 1 { 1003 } else { 12 };
+        m.add("schedule_epsilon", parity::schedule::check_schedule_epsilon(gpu, &sched, steps)?);
+    }
     progress("optimizer");
     for (i, (n, scale)) in [(1, 3.0), (783, 20.0), (4096, 0.01), (1_000_003, 0.05)].into_iter().enumerate() {
         m.add("optimizer_grad_norm", parity::optimizer::check_optimizer_grad_norm(gpu, n, scale, seed.wrapping_add(100 + i as u64))?);
@@ -165,9 +171,9 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
             for stage in Stage::ALL {
                 m.add(stage.kernel(), pr::check_stage(gpu, &cfg, stage, n, mix, s)?);
             }
-            m.add("reward_step (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Unfused, n, mix, 6, s)?);
+            m.add("reward_stages (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Unfused, n, mix, 6, s)?);
             m.add("reward_fused (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Fused, n, mix, 6, s)?);
-            m.add("reward_fused vs reward_step x6", pr::check_fused_vs_unfused(gpu, &cfg, n, 6, s)?);
+            m.add("reward_fused vs reward_stages x6", pr::check_fused_vs_unfused(gpu, &cfg, n, 6, s)?);
         }
         progress("reward pipeline: graph replay, and 500 free-running steps");
         for (path, name) in [(RewardPath::Unfused, "reward_stages"), (RewardPath::Fused, "reward_fused")] {

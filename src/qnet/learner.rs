@@ -14,18 +14,6 @@ fn binding(stream: &Arc<CudaStream>, t: &DeviceTransitions, weights: &CudaSlice<
 }
 
 impl QNet {
-    /// Floating-point operations of the GEMMs of one update (2 per multiply-add): the
-    /// forward over both networks on 2B rows (from the second layer: `qnet_first_layer` is
-    /// not a GEMM), the backward on B rows.
-    pub fn update_gemm_flops(&self) -> f64 {
-        let (d, c) = (self.d, &self.cfg);
-        let per_head: usize = c.value_hidden * c.atoms + c.branches.iter().map(|&n| c.adv_hidden * n * c.atoms).sum::<usize>();
-        let dense = (d.hw + 1) * d.ow; // the backward's dense weight gradient, zeros off the blocks included
-        let fwd = (d.h1 + 1) * d.h2 + (d.h2 + 1) * d.hw + per_head;
-        let bwd = dense + per_head + (d.h2 + 1) * d.hw + d.h2 * d.hw + (d.h1 + 1) * d.h2 + d.h1 * d.h2 + (d.s + 1) * d.h1;
-        2.0 * (NETS * d.rows * fwd + d.b * bwd) as f64
-    }
-
     fn check_batch(&self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
         let (b, s, kk) = (self.d.b, self.d.s, self.d.kk);
         self.check_len("states", t.states.len(), b * s)?;

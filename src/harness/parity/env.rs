@@ -358,7 +358,7 @@ pub fn check_experience_graph(
     Ok(out)
 }
 
-/// The experience step in one launch (`experience_step`) against the chain of three
+/// The experience step in one launch (`experience_step`) against the three unfused launches
 /// (`state_gather`, `qnet_act`, `env_step`) on a twin Env, `steps` times, both eager, the
 /// forward by qnet_act with `block_rows` rows a block: states, x, Q-values and head outputs,
 /// actions, fills, rewards, dones and portfolios bitwise equal at every step.
@@ -373,33 +373,33 @@ pub fn check_experience_fused(
     let qcfg = acting_config(market, cfg.seed ^ 0x0a11);
     let mut net = crate::qnet::QNet::new(gpu, &qcfg, 1)?;
     net.set_act_block_rows(Some(block_rows))?;
-    let (mut a_one, mut a_chain) = (net.acting(cfg.envs)?, net.acting(cfg.envs)?);
+    let (mut a_one, mut a_unfused) = (net.acting(cfg.envs)?, net.acting(cfg.envs)?);
     let mut one = Env::new(gpu, cfg, &BRANCHES, market, split)?;
-    let mut chain = Env::new(gpu, cfg, &BRANCHES, market, split)?;
-    let (exp_one, mut exp_chain) = (Experience::new(gpu, &one, &net)?, Experience::new(gpu, &chain, &net)?);
-    exp_chain.set_path(ExperiencePath::Unfused);
-    if !exp_one.in_one_launch(&one, &net) || exp_chain.in_one_launch(&chain, &net) {
-        return Err(Error::Shape(format!("{} envs at {block_rows} rows a block: not one launch against the chain", cfg.envs)));
+    let mut unfused = Env::new(gpu, cfg, &BRANCHES, market, split)?;
+    let (exp_one, mut exp_unfused) = (Experience::new(gpu, &one, &net)?, Experience::new(gpu, &unfused, &net)?);
+    exp_unfused.set_path(ExperiencePath::Unfused);
+    if !exp_one.in_one_launch(&one, &net) || exp_unfused.in_one_launch(&unfused, &net) {
+        return Err(Error::Shape(format!("{} envs at {block_rows} rows a block: not one launch against the unfused", cfg.envs)));
     }
-    // Only the one launch's outputs poisoned: one it failed to write differs from the chain's.
+    // Only the one launch's outputs poisoned: one it failed to write differs from the unfused path's.
     one.poison_outputs()?;
     one.set_epsilon(0.2)?;
-    chain.set_epsilon(0.2)?;
+    unfused.set_epsilon(0.2)?;
     let mut out = Vec::new();
     for t in 0..steps {
         exp_one.step(&mut one, &net, &mut a_one)?;
-        exp_chain.step(&mut chain, &net, &mut a_chain)?;
-        let (o, c) = (one.read_outcome()?, chain.read_outcome()?);
+        exp_unfused.step(&mut unfused, &net, &mut a_unfused)?;
+        let (o, c) = (one.read_outcome()?, unfused.read_outcome()?);
         let mut cmp = vec![
-            compare_bitwise("states", &one.read_states()?, &chain.read_states()?),
-            compare_bitwise("x", &one.read_x()?, &chain.read_x()?),
-            compare_bitwise("q", &net.read_acting(&a_one)?, &net.read_acting(&a_chain)?),
-            compare_bitwise("head outputs", &net.read_acting_outputs(&a_one)?, &net.read_acting_outputs(&a_chain)?),
-            compare_exact("actions", &one.read_actions()?, &chain.read_actions()?),
+            compare_bitwise("states", &one.read_states()?, &unfused.read_states()?),
+            compare_bitwise("x", &one.read_x()?, &unfused.read_x()?),
+            compare_bitwise("q", &net.read_acting(&a_one)?, &net.read_acting(&a_unfused)?),
+            compare_bitwise("head outputs", &net.read_acting_outputs(&a_one)?, &net.read_acting_outputs(&a_unfused)?),
+            compare_exact("actions", &one.read_actions()?, &unfused.read_actions()?),
         ];
-        cmp.extend(compare_fills(&one.read_fills()?, &chain.read_fills()?));
+        cmp.extend(compare_fills(&one.read_fills()?, &unfused.read_fills()?));
         cmp.extend(compare_outcome(&o, &c));
-        cmp.extend(compare_env_states(&one.download_state()?, &chain.download_state()?));
+        cmp.extend(compare_env_states(&one.download_state()?, &unfused.download_state()?));
         merge_step(&mut out, t, cmp);
     }
     Ok(out)

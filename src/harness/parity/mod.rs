@@ -9,6 +9,7 @@ pub mod philox;
 pub mod qnet;
 pub mod replay;
 pub mod reward;
+pub mod schedule;
 
 use rand::Rng;
 use tallyho_oracle::Comparison;
