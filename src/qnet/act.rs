@@ -255,7 +255,7 @@ pub(super) struct Fused {
     /// The entry points are the aligned feed's ([`aligned_fits`]).
     aligned: bool,
     sms: usize,
-    /// Benchmarking: force this many rows per block (one of BLOCK_ROWS that fits).
+    /// Verification: force this many rows per block (one of BLOCK_ROWS that fits).
     forced: Option<usize>,
 }
 
@@ -290,7 +290,7 @@ impl Fused {
         self.plans.iter().map(|(_, p)| p.rows).collect()
     }
 
-    /// Benchmarking: force `rows` rows per block, or (None) let the rule pick.
+    /// Verification: force `rows` rows per block, or (None) let the rule pick.
     pub(super) fn force_rows(&mut self, rows: Option<usize>) -> Result<()> {
         if let Some(r) = rows {
             if !self.plans.iter().any(|(_, p)| p.rows == r) {

@@ -129,7 +129,7 @@ impl QNet {
     }
 
     /// Acting in one launch (`qnet_act`, on by default) where its rule picks it; `false`:
-    /// always layer by layer. Like [`QNet::set_tf32`], applies to launches made after it,
+    /// always layer by layer (the verification path that checks the one launch). Like [`QNet::set_tf32`], applies to launches made after it,
     /// not to a graph already captured. qnet_act reads the online parameters and the dense
     /// head matrix (which set_params and the optimizer step keep with them) as they are at
     /// each launch, so nothing needs rebuilding after either.
@@ -150,8 +150,9 @@ impl QNet {
         self.fused.aligned()
     }
 
-    /// Benchmarking: force `qnet_act`'s rows per block (16 or 32 where they fit), or
-    /// (None) let the rule pick.
+    /// Verification switch: force `qnet_act`'s rows per block (16 or 32 where they fit), or
+    /// (None) let the rule pick. The rule picks one entry point per network and N; the tests
+    /// and the fixtures force each in turn so that both are checked (and `bench` times each).
     pub fn set_act_block_rows(&mut self, rows: Option<usize>) -> Result<()> {
         self.fused.force_rows(rows)
     }
