@@ -81,9 +81,8 @@ impl Experience {
         env.epsilon.advance()?;
         if self.path == ExperiencePath::Fused {
             if let Some((_, launch)) = net.act_launch(envs)? {
-                let stream = env.stream().clone();
                 let act_env = env.act_env();
-                let mut l = Programmatic::new(&stream, launch.entry(&self.kernel)?);
+                let mut l = Programmatic::new(env.stream(), launch.entry(&self.kernel)?);
                 l.value(&act_env);
                 launch.push_network(&mut l);
                 match acting.y_if_kept() {
@@ -114,7 +113,8 @@ impl Experience {
         let stream: Arc<_> = env.stream().clone();
         let e = env.act_env();
         let (params, heads) = net.act_addresses();
-        let binding = Binding::of(&[e.states_address(), params, heads, address(&stream, &acting.q), self.in_one_launch(env, net) as u64, env.epsilon.scheduled() as u64]);
+        let (one_launch, scheduled) = (self.in_one_launch(env, net), env.epsilon.scheduled());
+        let binding = Binding::of(&[e.states_address(), params, heads, address(&stream, &acting.q), one_launch as u64, scheduled as u64]);
         GraphSlot::run_on(self, |x| &mut x.graph, &stream, binding, |x| x.step(env, net, acting))
     }
 
