@@ -2,7 +2,9 @@
 // Oracle: qnet::backward_from_head_grad (relu_backward).
 //   qnet_relu_backward: d (rows x width) = a > 0 ? d : 0, the mask from the layer's stored
 //                       activation a (rows x (width + 1), the last column the ones column).
-// One thread per element, grid-stride (any grid); row and column as in qnet_forward.cu.
+// One thread per element, grid-stride (any grid); an element's row and column come from a
+// 32-bit division whenever the matrix has fewer than 2^32 elements (common/index.cuh: a
+// 64-bit one costs several times more).
 #include "common/index.cuh"
 
 extern "C" __global__ void qnet_relu_backward(float* __restrict__ d, const float* __restrict__ a,

@@ -1,5 +1,5 @@
 // replay_gather: the transitions at indices[0..B] into the batch buffers, in batch order.
-// Grid-stride over B * max(S, 3) elements, any grid. Oracle: per::replay_gather.
+// Grid-stride over B * max(S, 3) elements, any grid. Oracle: replay::replay_gather.
 #include "common/replay.cuh"
 
 extern "C" __global__ void replay_gather(const unsigned int* __restrict__ indices,  // [B]

@@ -1,5 +1,5 @@
 // replay_insert: write n transitions into the ring at (cursor + j) mod C with the running max
-// priority, refresh the sum tree, advance cursor and size. Oracle: per::replay_insert.
+// priority, refresh the sum tree, advance cursor and size. Oracle: replay::replay_insert.
 //   replay_insert_rows: grid-stride over n * max(S, 3) elements, any grid; reads ctl->cursor.
 //   replay_insert_tree: ONE block (any multiple of 32 up to 1024 threads, loops over n); then
 //                    advances ctl. Launch after replay_insert_rows on the same stream.

@@ -1,6 +1,6 @@
 // replay_sample: B stratified thresholds by Philox at ctl->sample_step over the total in tree[1],
 // a sum-tree descent for each, importance weights (p_i / p_min)^-beta with beta from the
-// step; then advances ctl->sample_step. Oracle: per::replay_sample.
+// step; then advances ctl->sample_step. Oracle: replay::replay_sample.
 // Grid: ONE block, a multiple of 32 threads up to 1024, looping over any B.
 #include "common/philox.cuh"
 #include "common/replay.cuh"

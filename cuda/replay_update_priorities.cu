@@ -1,6 +1,6 @@
 // replay_update_priorities: leaf[idx_j] <- (|td_j| + eps)^alpha (pow in double, rounded once),
 // the LAST occurrence of a repeated index winning as in a sequential loop; running max
-// priority over every assigned value; sum-tree refresh. Oracle: per::replay_update_priorities.
+// priority over every assigned value; sum-tree refresh. Oracle: replay::replay_update_priorities.
 // Grid: ONE block, a multiple of 32 threads up to 1024, looping over any B.
 // `winner` is C words of scratch, all 0 between launches (left so on return).
 #include "common/replay.cuh"

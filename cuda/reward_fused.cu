@@ -1,12 +1,12 @@
-// reward_fused: the whole reward chain of cuda/reward_stages.cu in ONE launch, for any N.
+// reward_fused: every stage of cuda/reward_stages.cu in ONE launch, for any N.
 // Each thread runs the per-env stages (PnL delta, shaping, snapshot, |r|, duration,
 // outcome EMA, scaling: the scale is read before the controllers change it, as in the
-// chain) for its envs in index order and accumulates the six sums of the two reductions
+// unfused stages) for its envs in index order and accumulates the six sums of the two reductions
 // (dones, durations, |pnl|, outcomes; sum r, sum r^2) in double. Each block reduces them
 // with block_sum and writes its partials; the LAST block to finish (a ticket counter,
 // after a memory fence) sums all blocks' partials the same way, in an order that does not depend
 // on which block is last, then updates the EMAs, the controllers and the dispersion
-// statistic, and re-arms the ticket. So the results are the chain's, bit for bit, and the
+// statistic, and re-arms the ticket. So the results are the unfused stages', bit for bit, and the
 // same at every launch. Grid: at most 1024 blocks of REWARD_THREADS threads.
 // Oracle: reward::reward_step (the spec of both paths).
 

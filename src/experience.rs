@@ -12,7 +12,7 @@
 
 use crate::env::Env;
 use crate::error::{Error, Result};
-use crate::graph::{address, Binding, GraphSlot, Phase};
+use crate::graph::{Binding, GraphSlot, Phase};
 use crate::qnet::act::{ForwardEntries, ForwardKernel};
 use crate::qnet::{Acting, QNet};
 use crate::runtime::{entry, Gpu, Programmatic};
@@ -40,8 +40,18 @@ pub enum ExperiencePath {
 /// (loaded for the network's plans), the path, and the step's graph slot.
 pub struct Experience {
     kernel: ForwardKernel,
+    /// The pair it was made for: the env's states address, the network's parameter and
+    /// head-matrix addresses, and whether its weights take the aligned feed (the entry
+    /// points loaded and the widths checked hold for that pair only).
+    made_for: [u64; 4],
     path: ExperiencePath,
     graph: GraphSlot,
+}
+
+/// What an [`Experience`] checks a step's env and network against.
+fn pair_of(env: &Env, net: &QNet) -> [u64; 4] {
+    let (params, heads) = net.act_addresses();
+    [env.act_env().states_address(), params, heads, u64::from(net.act_aligned())]
 }
 
 impl Experience {
@@ -57,7 +67,12 @@ impl Experience {
                 e.actions(),
             )));
         }
-        Ok(Experience { kernel: net.load_forward_kernel(gpu, &EXPERIENCE_STEP)?, path: ExperiencePath::Fused, graph: GraphSlot::new("experience_step") })
+        Ok(Experience {
+            kernel: net.load_forward_kernel(gpu, &EXPERIENCE_STEP)?,
+            made_for: pair_of(env, net),
+            path: ExperiencePath::Fused,
+            graph: GraphSlot::new("experience_step"),
+        })
     }
 
     /// Choose the path of the steps that follow (not of a graph already captured).
@@ -76,7 +91,12 @@ impl Experience {
     pub fn step(&self, env: &mut Env, net: &QNet, acting: &mut Acting) -> Result<()> {
         let envs = env.config().envs;
         if acting.rows() != envs {
-            return Err(Error::Shape(format!("acting buffers of {} rows for {envs} envs", acting.rows())));
+            return Err(Error::Shape(format!("acting buffers of {} rows for {envs} envs: make them with QNet::acting({envs})", acting.rows())));
+        }
+        if pair_of(env, net) != self.made_for {
+            return Err(Error::Shape(
+                "an Experience steps the env and network it was made with (its widths are checked and its entry points loaded for them): make one per pair with Experience::new".into(),
+            ));
         }
         env.epsilon.advance()?;
         if self.path == ExperiencePath::Fused {
@@ -94,7 +114,8 @@ impl Experience {
                 // value, the network's arguments of push_network, y [envs x ow] or null, q
                 // [envs x A]): `act_env` holds the device addresses of env's market,
                 // portfolios and outputs, sized for its envs; new() checked that the
-                // network's state width and actions are the env's; acting's buffers hold
+                // network's state width and actions are the env's, for this very pair
+                // (made_for, checked above); acting's buffers hold
                 // envs rows (checked above); the entry point was loaded for this plan's rows
                 // per block with its shared memory (QNet::load_forward_kernel); it calls
                 // grid_wait_for_prior before it touches global memory.
@@ -111,11 +132,16 @@ impl Experience {
     /// their device addresses).
     pub fn step_graphed(&mut self, env: &mut Env, net: &QNet, acting: &mut Acting) -> Result<()> {
         let stream: Arc<_> = env.stream().clone();
-        let e = env.act_env();
-        let (params, heads) = net.act_addresses();
-        let (one_launch, scheduled) = (self.in_one_launch(env, net), env.epsilon.scheduled());
-        let binding = Binding::of(&[e.states_address(), params, heads, address(&stream, &acting.q), one_launch as u64, scheduled as u64]);
-        GraphSlot::run_on(self, |x| &mut x.graph, &stream, binding, |x| x.step(env, net, acting))
+        let (e, (params, heads)) = (env.act_env(), net.act_addresses());
+        // Everything the captured launches read or write, and every switch that changes
+        // which launches they are: a replay over anything else is refused.
+        let path = [self.in_one_launch(env, net) as u64, net.act_block_rows(e.envs()).unwrap_or(0) as u64, net.tf32() as u64];
+        let mut words = [0u64; 27 + 4 + 2 + 5 + 3];
+        let parts: [&[u64]; 5] = [&e.addresses(), &env.epsilon.binding_words(), &[params, heads], &acting.addresses(&stream), &path];
+        for (w, v) in words.iter_mut().zip(parts.into_iter().flatten()) {
+            *w = *v;
+        }
+        GraphSlot::run_on(self, |x| &mut x.graph, &stream, Binding::of(&words), |x| x.step(env, net, acting))
     }
 
     pub fn graph_phase(&self) -> Phase {

@@ -12,10 +12,13 @@
 //!
 //! **Nestable.** When the stream is already capturing (an enclosing slot is capturing the
 //! whole training step), a slot runs its body into that capture and keeps its own state: the
-//! enclosing graph holds the work once, and nothing is captured twice. Captures use the
-//! thread-local mode, which refuses, inside the capture, the calls that would allocate,
-//! synchronise or copy to the host, so a capture that completes is the proof that the body
-//! does none of them.
+//! enclosing graph holds the work once, and nothing is captured twice.
+//!
+//! **A clean capture is the proof.** Captures use the thread-local mode, in which the calls
+//! that would synchronise or copy to host memory fail inside the capture; an allocation
+//! (cudarc allocates stream-ordered, `cuMemAllocAsync`, where the device supports it) would
+//! instead become a memory node of the graph, so every captured graph is checked: one that
+//! holds an allocation, a free or a host callback is refused, naming them.
 
 use crate::error::{Error, Result};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode, CUstreamCaptureStatus};
@@ -120,6 +123,7 @@ impl GraphSlot {
                 let graph = stream.end_capture(CUgraphInstantiate_flags(0));
                 captured?;
                 let graph = graph?.ok_or_else(|| Error::Graph { name: self.name, why: "capture recorded no work".into() })?;
+                refuse_host_work(self.name, &graph)?;
                 graph.launch()?;
                 self.state = State::Replay(graph);
             }
@@ -143,4 +147,38 @@ impl GraphSlot {
         *slot(owner) = taken;
         r
     }
+}
+
+/// Refuse a captured graph that allocates, frees or calls back to the host: the work a step
+/// must not do (its nodes are counted by type; the listing is made once, at capture).
+fn refuse_host_work(name: &'static str, graph: &CudaGraph) -> Result<()> {
+    use cudarc::driver::sys::{self, CUgraphNodeType};
+    let mut count = 0usize;
+    // SAFETY: the graph is alive (owned by the caller); a null array asks for the count.
+    unsafe { sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut count) }.result()?;
+    let mut nodes = vec![std::ptr::null_mut(); count];
+    // SAFETY: `nodes` holds `count` slots, as the driver was told.
+    unsafe { sys::cuGraphGetNodes(graph.cu_graph(), nodes.as_mut_ptr(), &mut count) }.result()?;
+    let (mut allocs, mut frees, mut host) = (0, 0, 0);
+    for &node in &nodes[..count] {
+        let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: `node` is one of the graph's nodes, listed just above.
+        unsafe { sys::cuGraphNodeGetType(node, &mut kind) }.result()?;
+        match kind {
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => allocs += 1,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => frees += 1,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST => host += 1,
+            _ => {}
+        }
+    }
+    if allocs + frees + host > 0 {
+        return Err(Error::Graph {
+            name,
+            why: format!(
+                "the captured step holds {allocs} allocation(s), {frees} free(s) and {host} host callback(s): \
+                 allocate every buffer before the first run and keep host work outside the step"
+            ),
+        });
+    }
+    Ok(())
 }

@@ -68,7 +68,7 @@ enum BenchWhat {
     Replay(BenchArgs),
     /// Experience: one env timestep (gather, Q-forward, select, fill, barriers) at N = 256 and 4096.
     Env(BenchArgs),
-    /// Reward pipeline: the unfused chain and the fused kernel at N = 16, 256, 1024, 4096.
+    /// Reward pipeline: the unfused stages and the fused kernel at N = 16, 256, 1024, 4096.
     Reward(BenchArgs),
     /// Q-network: one full update at B = 256 and 1024 and its parts, eager and graph-replayed.
     Qnet(BenchArgs),
@@ -211,7 +211,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             for k in tallyho::runtime::KERNELS {
                 let code = tallyho::runtime::compile(k, arch)?;
-                println!("compiled cuda/{}.cu for {arch}: {}", k.name, k.entry_points.join(", "));
+                println!("compiled cuda/{}.cu for {arch} (source {}): {}", k.name, &k.sha256[..16], k.entry_points.join(", "));
                 if let Some(dir) = &ptx {
                     let path = dir.join(format!("{}.ptx", k.name));
                     std::fs::write(&path, code.to_src()).with_context(|| format!("writing {}", path.display()))?;

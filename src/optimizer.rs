@@ -13,7 +13,7 @@ use tallyho_oracle::qnet::QNetConfig;
 /// Blocks of the first reduction stage: a fixed count, so the summation order is fixed.
 pub const GRAD_NORM_BLOCKS: usize = 256;
 
-/// The host view of `struct OptCtl` (cuda/common/qnet.cuh).
+/// The host view of `struct OptCtl` (cuda/common/optimizer.cuh).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OptCtl {
     /// Adam updates applied so far.
@@ -27,10 +27,13 @@ pub struct OptCtl {
     pub bias2: f64,
 }
 
+// The device block is OptCtl::WORDS u32 words (cuda/common/optimizer.cuh static_asserts the
+// same 32 bytes).
+const _: () = assert!(std::mem::size_of::<[u32; OptCtl::WORDS]>() == 32);
+
 impl OptCtl {
-    /// Words of the control block as the device holds it.
     /// Words of the control block as the device holds it (`struct OptCtl`, 32 bytes:
-    /// cuda/common/qnet.cuh static_asserts the size).
+    /// cuda/common/optimizer.cuh static_asserts the size).
     pub const WORDS: usize = 8;
 
     /// The block after `step` updates, before the next one's norm (`set_state`).
@@ -113,7 +116,7 @@ impl Optimizer {
 
     fn check(&self, what: &str, len: usize) -> Result<()> {
         if len != self.n {
-            return Err(Error::Shape(format!("{what} has {len} values, the optimizer was made for {}", self.n)));
+            return Err(Error::Shape(format!("{what} has {len} values, the optimizer was made for {} parameters: pass the network's whole buffer", self.n)));
         }
         Ok(())
     }
@@ -179,7 +182,7 @@ impl Optimizer {
         };
         // SAFETY: follows optimizer_adam's signature; p, g, m, v all hold n floats (checked); the
         // mirror's index holds mirror_count positions inside `to` (its owner builds both:
-        // QNet's heads_index and dense head matrix), or the pointers are null with count 0.
+        // QNet's head_matrix_index and dense head matrix), or the pointers are null with count 0.
         unsafe { b.launch(grid_stride(self.n)) }?;
         Ok(())
     }

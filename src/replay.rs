@@ -1,4 +1,4 @@
-//! The prioritized replay buffer on the device: typed launchers for the `per_*` kernels of
+//! The prioritized replay buffer on the device: typed launchers for the `replay_*` kernels of
 //! cuda/ (spec: tallyho_oracle::replay). Every buffer is allocated in `ReplayBuffer::new`; the
 //! sample / gather / priority-update path reads its per-step values (cursor, size, sample
 //! step, max priority) from the device control block, so it can be captured as a graph.
@@ -115,10 +115,20 @@ pub fn ctl_words(c: &ReplayCtl) -> [u32; 4] {
     [c.cursor, c.size, c.sample_step, c.max_priority.to_bits()]
 }
 
-/// The inverse of [`ctl_words`]; `w` holds at least four words.
-pub fn ctl_of_words(w: &[u32]) -> ReplayCtl {
-    ReplayCtl { cursor: w[0], size: w[1], sample_step: w[2], max_priority: f32::from_bits(w[3]) }
+/// The inverse of [`ctl_words`].
+pub fn ctl_of_words(w: &[u32]) -> Result<ReplayCtl> {
+    match *w {
+        [cursor, size, sample_step, max] => Ok(ReplayCtl { cursor, size, sample_step, max_priority: f32::from_bits(max) }),
+        _ => Err(Error::Fixture(format!(
+            "a replay control block has 4 words, this one has {}: record the fixture again with this version",
+            w.len()
+        ))),
+    }
 }
+
+// The device's `struct ReplayCtl` (cuda/common/replay.cuh static_asserts 16 bytes) is the
+// oracle's repr(C) ReplayCtl, moved as the four words of ctl_words.
+const _: () = assert!(std::mem::size_of::<ReplayCtl>() == 16);
 
 impl ReplayBuffer {
     /// Allocate everything for `cfg`; `max_insert` is the largest host insert (staging rows).
@@ -292,7 +302,7 @@ impl ReplayBuffer {
     /// `replay_update_priorities` of the last sample's indices with `td_abs` (B values).
     pub fn update_priorities(&mut self, td_abs: &CudaSlice<f32>) -> Result<()> {
         if td_abs.len() != self.cfg.batch {
-            return Err(Error::Shape(format!("td_abs has {} values, the batch is {}", td_abs.len(), self.cfg.batch)));
+            return Err(Error::Shape(format!("td_abs has {} values, the batch is {}: give one |TD error| per sampled transition", td_abs.len(), self.cfg.batch)));
         }
         let (leaves, batch, c32) = (self.leaves(), self.cfg.batch as u32, self.cfg.capacity as u32);
         let (alpha, eps) = (self.cfg.alpha, self.cfg.eps);
@@ -317,7 +327,12 @@ impl ReplayBuffer {
     /// through the buffer's graph slot (eager, then captured, then replayed).
     pub fn sample_gather_update(&mut self, td_abs: &CudaSlice<f32>) -> Result<()> {
         let stream = self.stream.clone();
-        let binding = Binding::of(&[address(&stream, td_abs)]);
+        let (a, b) = (|x: &CudaSlice<f32>| address(&stream, x), &self.batch);
+        // The input, and the outputs that are public fields (so replaceable).
+        #[rustfmt::skip]
+        let words = [a(td_abs), address(&stream, &self.indices), a(&self.weights), a(&b.states), a(&b.next_states),
+            address(&stream, &b.actions), a(&b.rewards), a(&b.dones)];
+        let binding = Binding::of(&words);
         GraphSlot::run_on(self, |b| &mut b.step_graph, &stream, binding, |b| {
             b.sample()?;
             b.gather()?;
@@ -344,7 +359,15 @@ impl ReplayBuffer {
     /// Replace the whole device state with `st` (tests, fixture replays).
     pub fn upload_state(&mut self, st: &ReplayState) -> Result<()> {
         if st.cfg.capacity != self.cfg.capacity || st.cfg.state_dim != self.cfg.state_dim || st.tree.len() != 2 * self.cfg.leaves() {
-            return Err(Error::Shape("state shape does not match the buffer's config".into()));
+            return Err(Error::Shape(format!(
+                "a replay state of capacity {}, state width {} and {} tree nodes for a buffer of capacity {}, width {} ({} nodes): upload a state of this buffer's config",
+                st.cfg.capacity,
+                st.cfg.state_dim,
+                st.tree.len(),
+                self.cfg.capacity,
+                self.cfg.state_dim,
+                2 * self.cfg.leaves()
+            )));
         }
         self.store.upload(&self.stream, &st.store, self.cfg.state_dim)?;
         self.stream.memcpy_htod(&st.tree, &mut self.tree)?;
@@ -364,7 +387,7 @@ impl ReplayBuffer {
     }
 
     pub fn ctl(&self) -> Result<ReplayCtl> {
-        Ok(ctl_of_words(&self.stream.clone_dtoh(&self.ctl)?))
+        ctl_of_words(&self.stream.clone_dtoh(&self.ctl)?)
     }
 
     pub fn tree(&self) -> Result<Vec<f32>> {

@@ -16,7 +16,8 @@ use tallyho_oracle::reward::{RewardConfig, RewardEnvs, RewardGlobal, RewardOut, 
 /// Which path computes a reward step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RewardPath {
-    /// The unfused chain: twelve launches (ten stages, two of them reductions of two).
+    /// The unfused stages (the verification path): twelve launches (ten stages, two of them
+    /// reductions of two).
     Unfused,
     /// The fused kernel: one launch.
     Fused,
@@ -27,7 +28,7 @@ const THREADS: u32 = 256;
 /// Most blocks a reduction's partial kernel uses (each thread then loops).
 const MAX_BLOCKS: usize = 1024;
 
-/// `struct RewardParams` of cuda/reward_stages.cu.
+/// `struct RewardParams` of cuda/common/reward.cuh.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct RewardParams {
@@ -101,7 +102,7 @@ impl RewardPipeline {
     pub fn new(gpu: &Gpu, cfg: &RewardConfig, envs: usize) -> Result<Self> {
         cfg.validate()?;
         if envs == 0 || envs > 1 << 24 {
-            return Err(Error::Shape(format!("{envs} envs for the reward chain: use 1 to 2^24")));
+            return Err(Error::Shape(format!("{envs} envs for the reward pipeline: use 1 to 2^24")));
         }
         use entry::reward_stages as stages;
         let f = |e| gpu.function(e);
@@ -166,7 +167,7 @@ impl RewardPipeline {
 
     pub fn upload_state(&mut self, envs: &RewardEnvs, global: &RewardGlobal) -> Result<()> {
         if envs.len() != self.envs {
-            return Err(Error::Shape(format!("reward state of {} envs for a chain of {}", envs.len(), self.envs)));
+            return Err(Error::Shape(format!("reward state of {} envs for a pipeline of {}: upload a state of that many envs", envs.len(), self.envs)));
         }
         let s = &self.stream;
         s.memcpy_htod(&envs.prev_realized, &mut self.prev_realized)?;
@@ -197,7 +198,7 @@ impl RewardPipeline {
         let n = self.envs;
         let lens = [out.pnl.len(), out.done.len(), out.work.len(), out.raw.len(), out.abs.len(), out.duration.len(), out.reward.len()];
         if lens.iter().any(|&l| l != n) {
-            return Err(Error::Shape(format!("reward step buffers of lengths {lens:?} for a chain of {n} envs")));
+            return Err(Error::Shape(format!("reward step buffers of lengths {lens:?} for a pipeline of {n} envs: give {n} values each")));
         }
         let s = &self.stream;
         s.memcpy_htod(&out.pnl, &mut self.pnl)?;
@@ -226,7 +227,7 @@ impl RewardPipeline {
     fn check_inputs(&self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         if realized.len() != self.envs || position.len() != self.envs {
             return Err(Error::Shape(format!(
-                "reward chain inputs of {} realized and {} positions for {} envs",
+                "reward inputs of {} realized and {} positions for {} envs: give one of each per env",
                 realized.len(),
                 position.len(),
                 self.envs
@@ -235,7 +236,7 @@ impl RewardPipeline {
         Ok(())
     }
 
-    /// The chain's working reward buffer (the fused path never touches it: a test poisons
+    /// The unfused path's working reward buffer (the fused path never touches it: a test poisons
     /// it to prove which path ran).
     pub fn work(&mut self) -> &mut CudaSlice<f32> {
         &mut self.work
@@ -255,7 +256,12 @@ impl RewardPipeline {
     pub fn step_graphed(&mut self, path: RewardPath, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         self.check_inputs(realized, position)?;
         let stream = self.stream.clone();
-        let binding = Binding::of(&[address(&stream, realized), address(&stream, position)]);
+        let a = |x: &CudaSlice<f32>| address(&stream, x);
+        // The inputs, and the outputs that are public fields (so replaceable).
+        #[rustfmt::skip]
+        let words = [a(realized), address(&stream, position), a(&self.global), a(&self.pnl), a(&self.done), a(&self.raw),
+            a(&self.abs), address(&stream, &self.duration), a(&self.reward)];
+        let binding = Binding::of(&words);
         let slot: fn(&mut Self) -> &mut GraphSlot = match path {
             RewardPath::Unfused => |r| &mut r.unfused_graph,
             RewardPath::Fused => |r| &mut r.fused_graph,
@@ -278,13 +284,14 @@ impl RewardPipeline {
         }
     }
 
-    /// One stage of the chain alone, on the state and step buffers as they are.
+    /// One unfused stage alone, on the state and step buffers as they are.
     pub fn stage(&mut self, stage: Stage, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         self.check_inputs(realized, position)?;
         self.launch_stage(stage, realized, position)
     }
 
-    /// The fused kernel: the same state, outputs and results as the chain from ONE launch.
+    /// The fused kernel: the same state, outputs and results as the unfused stages from ONE
+    /// launch.
     fn launch_fused(&mut self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         let cfg = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut l = self.stream.launch_builder(&self.k.fused);

@@ -5,6 +5,7 @@
 //! changes.
 
 use crate::error::{Error, Result};
+use crate::graph::address;
 use crate::runtime::{entry, Gpu};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
@@ -96,6 +97,15 @@ impl Epsilon {
         // [1]): both buffers hold one value (new); one thread, as the kernel takes.
         unsafe { l.launch(one) }?;
         Ok(())
+    }
+
+    /// What a graph over this rate binds to: the device addresses of the rate and counter,
+    /// and the schedule (a captured `schedule_epsilon` holds it as a frozen argument).
+    pub fn binding_words(&self) -> [u64; 4] {
+        let p = self.schedule.unwrap_or(EpsilonParams { start: f32::NAN, end: f32::NAN, steps: 0 });
+        let s = &self.stream;
+        let schedule = u64::from(p.start.to_bits()) | (u64::from(p.end.to_bits()) << 32);
+        [address(s, &self.value), address(s, &self.step), schedule, u64::from(p.steps) | (u64::from(self.schedule.is_some()) << 32)]
     }
 
     /// The rate in device memory (synchronizes; tests and fixtures).

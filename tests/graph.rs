@@ -176,4 +176,29 @@ mod gpu {
         assert_eq!(nested_buf.graph_phase(), Phase::Capture);
         assert_eq!(nested_rw.graph_phase(RewardPath::Fused), Phase::Capture);
     }
+
+    #[test]
+    fn a_captured_body_that_allocates_is_refused_naming_the_allocation() {
+        use tallyho::graph::{Binding, GraphSlot};
+        let gpu = gpu();
+        let (st, td_host) = setup(27);
+        let td = gpu.stream.clone_htod(&td_host).unwrap();
+        let mut buf = ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap();
+        buf.upload_state(&st).unwrap();
+        let mut slot = GraphSlot::new("allocating step");
+        let mut run = |slot: &mut GraphSlot| {
+            slot.run(&gpu.stream, Binding::of(&[]), || {
+                let scratch = gpu.stream.alloc_zeros::<f32>(1 << 10)?;
+                buf.sample_gather_update(&td)?;
+                drop(scratch);
+                Ok(())
+            })
+        };
+        run(&mut slot).unwrap(); // warm-up: eager, allowed
+        let err = run(&mut slot).unwrap_err().to_string();
+        // Refused either way: as an allocation node found in the graph (stream-ordered
+        // allocation, as on H100 and H200), or by the driver inside the capture.
+        assert!(err.contains("allocate every buffer before the first run") || err.contains("CAPTURE"), "{err}");
+        assert_eq!(slot.phase(), Phase::Capture, "a refused capture must not be kept");
+    }
 }

@@ -1,11 +1,11 @@
-// Prioritized replay: control block and sum tree, shared by the per_* kernels.
+// Prioritized replay: control block and sum tree, shared by the replay_* kernels.
 // Spec: oracle/src/replay.rs. Tree of 2L floats, root at node 1, leaf i at node L + i,
 // every internal node = left + right (float, in that order).
 #pragma once
 
 #define REPLAY_ACTION_BRANCHES 3
 
-// Mirrors oracle::per::ReplayCtl (repr(C)): advanced only by kernels.
+// Mirrors oracle::replay::ReplayCtl (repr(C)): advanced only by kernels.
 struct ReplayCtl {
     unsigned int cursor;
     unsigned int size;

@@ -32,7 +32,7 @@ __device__ __forceinline__ float clampf(float x, float lo, float hi) { return x 
 // by shuffles at offsets 16, 8, 4, 2, 1, then warp 0 adds the REWARD_WARPS warp totals the
 // same way. Thread 0 ends with the K block totals in v (other threads' v are partial). The
 // order depends on nothing but the thread index, so every launch gives the same bits, and
-// each of the K sums is formed alike whatever K is (the chain's reductions of 4 and 2
+// each of the K sums is formed alike whatever K is (the unfused stages' reductions of 4 and 2
 // values and the fused kernel's of 6 agree bit for bit). s: K * REWARD_WARPS doubles of
 // shared memory, free for reuse when this returns.
 template <int K>

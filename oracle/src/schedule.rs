@@ -20,8 +20,9 @@ impl EpsilonSchedule {
     }
 }
 
-/// `schedule_epsilon`: the rate of step `step` (counted from 0), in float with every
-/// operation rounded to nearest as the kernel does:
+/// `schedule_epsilon`: the rate of step `step` (counted from 0; the device counter saturates
+/// at `u32::MAX`, past any schedule's end), in float with every operation rounded to nearest
+/// as the kernel does:
 /// `start + (end - start) * (step / steps)` for `step < steps`, else `end`.
 pub fn schedule_epsilon(s: &EpsilonSchedule, step: u32) -> f32 {
     if s.steps == 0 || step >= s.steps {

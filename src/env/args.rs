@@ -43,7 +43,7 @@ unsafe impl cudarc::driver::DeviceRepr for StatePtrs {}
 // The size of `struct EnvState` (cuda/common/env.cuh static_asserts the same).
 const _: () = assert!(std::mem::size_of::<StatePtrs>() == 80);
 
-/// `struct ActionBranches` of cuda/action_select.cu.
+/// `struct ActionBranches` of cuda/common/env_steps.cuh.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ActionBranches {
@@ -114,9 +114,19 @@ impl ActEnv {
         self.branches.width()
     }
 
-    /// The device address of the states buffer (with the env's other buffers, fixed for
-    /// its life): what a graph over the env binds to.
+    /// The device address of the states buffer: which env this is.
     pub fn states_address(&self) -> u64 {
         self.states
+    }
+
+    /// Every device address it holds (the market, the portfolios, the outputs): what a graph
+    /// over the env binds to.
+    pub fn addresses(&self) -> [u64; 27] {
+        let s = self.state.0;
+        [
+            self.features, self.close, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], self.states, self.x,
+            self.epsilon, self.bid, self.ask, self.volatility, self.high, self.low, self.actions, self.filled,
+            self.fill_price, self.reward, self.done, self.reason, u64::from(self.params.envs),
+        ]
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tallyho_oracle::env::{EnvConfig, EnvMarket, EnvState, Fills, Outcome, Split, PORTFOLIO_FEATURES};
 use tallyho_oracle::features::{self, FeatureConfig, Market};
 use tallyho_oracle::market::{self, SyntheticConfig};
+use tallyho_oracle::action::BRANCH_COUNT;
 use tallyho_oracle::philox::key_of_seed;
 
 mod args;
@@ -187,7 +188,7 @@ impl Env {
             epsilon: Epsilon::new(gpu, 1.0)?,
             states: s.alloc_zeros(e * sd)?,
             x: s.alloc_zeros(e * (sd + 1))?,
-            actions: s.alloc_zeros(e * 3)?,
+            actions: s.alloc_zeros(e * BRANCH_COUNT)?,
             filled: s.alloc_zeros(e)?,
             fill_price: s.alloc_zeros(e)?,
             reward: s.alloc_zeros(e)?,

@@ -1,4 +1,4 @@
-//! `tallyho bench per`: the prioritized replay's device cost, in microseconds.
+//! `tallyho bench replay`: the prioritized replay's device cost, in microseconds.
 //!
 //! What is measured, for capacities C in {2^17, 2^20} (state width 32):
 //! - `sample`: one `replay_sample` launch for B in {256, 1024}: stratified thresholds, the
@@ -113,9 +113,7 @@ const QNET_BATCHES: [usize; 2] = [256, 1024];
 /// `tallyho bench qnet`: one full update of the default network (C51, 51 atoms; three
 /// forwards over two networks, loss, backward, clip, Adam, priorities) at B in {256, 1024},
 /// eager and graph-replayed, and its parts: `forward`, `loss`, `backward`, `optimizer`, and
-/// `update gemms` (the update's 16 GEMMs alone, and their TFLOP/s: GEMM flops / median),
-/// `update (tf32)`, the update with TF32 tensor-core GEMMs, and `update (cublas)`, the
-/// update on the cuBLAS engine instead of cuBLASLt. The `capacity` column is 0
+/// `update (tf32)`, the update with TF32 tensor-core GEMMs. The `capacity` column is 0
 /// (no replay).
 pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let timing = Timing::of(opts)?;
@@ -161,7 +159,7 @@ fn with_transitions_per_s(mut rows: [BenchRow; 2], n: usize) -> [BenchRow; 2] {
 /// (state gather, the online Q-forward of the default C51 network, action select at
 /// epsilon 0.1, fill, barriers; no update), eager and graph-replayed, for N in {256, 4096},
 /// with env transitions/s = N / median (where acting runs qnet_act, N = 4096, the whole step
-/// is one launch, `experience_step`, and `experience step (chain)` is the same step as
+/// is one launch, `experience_step`, and `experience step (unfused)` is the same step as
 /// `state_gather`, qnet_act and `env_step`; at N = 256 the step is those three with the
 /// Q-forward layer by layer); and its parts: `q-forward (acting)` (as the step
 /// runs it, Q only), `q-forward (layers)` (layer by layer), `q-forward (qnet_act, R rows a

@@ -22,6 +22,11 @@ pub struct Acting {
 }
 
 impl Acting {
+    /// The device addresses of its buffers (for a graph binding).
+    pub fn addresses(&self, stream: &Arc<CudaStream>) -> [u64; 5] {
+        [address(stream, &self.a1), address(stream, &self.a2), address(stream, &self.ah), address(stream, &self.y), address(stream, &self.q)]
+    }
+
     /// The head-output rows, where these buffers keep them (not [`Acting::q_only`]).
     pub(crate) fn y_if_kept(&mut self) -> Option<&mut CudaSlice<f32>> {
         if self.outputs {
@@ -83,7 +88,7 @@ impl QNet {
             return Ok(None);
         }
         let d = self.d;
-        let online = act::ActParams { params: self.params.slice(..d.params), heads: self.heads_w.slice(..(d.hw + 1) * d.ow) };
+        let online = act::ActParams { params: self.params.slice(..d.params), heads: self.head_matrix.slice(..(d.hw + 1) * d.ow) };
         let head = act::ActHead { shape: &self.shape, na: d.na as u32, v_min: self.cfg.v_min, v_max: self.cfg.v_max };
         self.fused.launch_of(rows, online, head)
     }
@@ -98,7 +103,7 @@ impl QNet {
     /// The device addresses of the online parameters and dense head matrix (for a graph
     /// binding).
     pub fn act_addresses(&self) -> (u64, u64) {
-        (address(&self.stream, &self.params), address(&self.stream, &self.heads_w))
+        (address(&self.stream, &self.params), address(&self.stream, &self.head_matrix))
     }
 
     /// The state width S and the Q-row width (every branch's actions) the network takes.
@@ -178,7 +183,7 @@ impl QNet {
             #[rustfmt::skip]
             gemm.gemm(r, width, fan_in, 1.0,
                 &a.ah.slice(row..), pl(d.hw + 1),
-                &self.heads_w.slice(row * d.ow + col..), pl(d.ow),
+                &self.head_matrix.slice(row * d.ow + col..), pl(d.ow),
                 0.0, &mut a.y.slice_mut(col..), d.ow)?;
         }
         self.join(0..side)?;
@@ -189,7 +194,7 @@ impl QNet {
     /// the Q-values only, so the head, in float, writes nothing else.
     pub fn act_head(&self, a: &mut Acting) -> Result<()> {
         let out = HeadOutputs { dists: None, q: &mut a.q };
-        launch_head(&self.stream, &self.k, &self.heads_w, &self.shape, &self.cfg, self.d, &self.head, 1, a.rows, &a.y, out)
+        launch_head(&self.stream, &self.k, &self.head_matrix, &self.shape, &self.cfg, self.d, &self.head, 1, a.rows, &a.y, out)
     }
 }
 

@@ -27,8 +27,8 @@ pub(super) struct Kernels {
     pub(super) head_q: CudaFunction,
     pub(super) loss: CudaFunction,
     pub(super) relu_backward: CudaFunction,
-    pub(super) heads_scatter: CudaFunction,
-    pub(super) heads_gather: CudaFunction,
+    pub(super) head_matrix_scatter: CudaFunction,
+    pub(super) head_matrix_gather: CudaFunction,
 }
 
 /// The distributions `qnet_head` writes beside Q, `nets x rows x lw` each.
@@ -53,7 +53,7 @@ pub(super) struct HeadOutputs<'a> {
 pub(super) fn launch_head(
     stream: &Arc<CudaStream>,
     k: &Kernels,
-    heads_w: &CudaSlice<f32>,
+    head_matrix: &CudaSlice<f32>,
     shape: &BranchShape,
     cfg: &QNetConfig,
     d: Dims,
@@ -66,7 +66,7 @@ pub(super) fn launch_head(
     let na = d.na as u32;
     let rows32 = u32::try_from(rows).map_err(|_| Error::Shape(format!("the head over {rows} rows: more than u32 rows")))?;
     let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
-    let bias = heads_w.slice(bias_at..);
+    let bias = head_matrix.slice(bias_at..);
     let s = if out.dists.is_some() { splits.head } else { splits.head_q };
     let chunks = u32::try_from(rows.div_ceil(s.block_rows))
         .map_err(|_| Error::Shape(format!("the head over {rows} rows: too many for one grid")))?;

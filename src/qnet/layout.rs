@@ -130,7 +130,7 @@ pub(super) fn heads_of(cfg: &QNetConfig) -> Vec<(usize, usize, usize, usize)> {
 
 /// The dense position in the `[(H + 1) x O]` head matrix of each compact head-output
 /// parameter (wv2, wa2_0.., bo, in buffer order from wv2): qnet_head_matrix.cu's index table.
-pub(super) fn heads_index(cfg: &QNetConfig) -> Vec<u32> {
+pub(super) fn head_matrix_index(cfg: &QNetConfig) -> Vec<u32> {
     let (ow, hw, na) = (spec::output_width(cfg), spec::hidden_width(cfg), cfg.atoms);
     let offsets = spec::output_offsets(cfg);
     let mut index = Vec::with_capacity(spec::param_count(cfg));

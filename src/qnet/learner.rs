@@ -7,10 +7,16 @@ use super::*;
 /// Threads of a `qnet_loss` block per action branch (`QNET_LOSS_LANES`).
 const LOSS_LANES: usize = 64;
 
-/// The device addresses an update reads its batch from.
-fn binding(stream: &Arc<CudaStream>, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Binding {
-    let a = |b: &CudaSlice<f32>| address(stream, b);
-    Binding::of(&[a(&t.states), a(&t.next_states), address(stream, &t.actions), a(&t.rewards), a(&t.dones), a(weights)])
+/// What a graph of the update binds to: the device addresses it reads its batch from, the
+/// buffers of its own that are public (so replaceable), and the switch that changes its
+/// products (TF32).
+fn binding(net: &QNet, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Binding {
+    let s = &net.stream;
+    let a = |b: &CudaSlice<f32>| address(s, b);
+    #[rustfmt::skip]
+    let words = [a(&t.states), a(&t.next_states), address(s, &t.actions), a(&t.rewards), a(&t.dones), a(weights),
+        a(&net.priorities), a(&net.opt.m), a(&net.opt.v), net.tf32() as u64];
+    Binding::of(&words)
 }
 
 impl QNet {
@@ -62,7 +68,7 @@ impl QNet {
             #[rustfmt::skip]
             gemm.gemm_batched(NETS, r, width, fan_in, 1.0,
                 &self.ah.slice(row..), pl(d.hw + 1), r * (d.hw + 1),
-                &self.heads_w.slice(row * d.ow + col..), pl(d.ow), dense,
+                &self.head_matrix.slice(row * d.ow + col..), pl(d.ow), dense,
                 0.0, &mut self.y.slice_mut(col..), d.ow, r * d.ow, Epilogue::None)?;
         }
         self.join(0..side)
@@ -90,7 +96,7 @@ impl QNet {
     pub fn forward_head(&mut self) -> Result<()> {
         let dists = Dists { logits: &mut self.logits, log_probs: &mut self.log_probs, probs: &mut self.probs };
         let out = HeadOutputs { dists: Some(dists), q: &mut self.q };
-        launch_head(&self.stream, &self.k, &self.heads_w, &self.shape, &self.cfg, self.d, &self.head, NETS, self.d.rows, &self.y, out)
+        launch_head(&self.stream, &self.k, &self.head_matrix, &self.shape, &self.cfg, self.d, &self.head, NETS, self.d.rows, &self.y, out)
     }
 
     /// `qnet_loss` (ending in the batch loss) on the last forward, for the batch's actions,
@@ -138,7 +144,7 @@ impl QNet {
         Ok(())
     }
 
-    /// The gradient of the loss into `grads` from the loss's head-output gradient: 7 GEMMs
+    /// The gradient of the loss into `grads` from the loss's head-output gradient: 6 + K GEMMs (10 for 3 branches)
     /// (each writes its block with beta 0, so nothing needs zeroing), the head gradient
     /// gather and 3 ReLU backwards, on the online network's rows of s.
     pub fn backward(&mut self) -> Result<()> {
@@ -151,18 +157,18 @@ impl QNet {
         self.fork(0..1)?;
         #[rustfmt::skip]
         self.lanes[0].gemm.gemm(d.hw + 1, d.ow, b, 1.0, &self.ah, tr(d.hw + 1), &self.dy, pl(d.ow),
-            0.0, &mut self.heads_grad, d.ow)?;
+            0.0, &mut self.head_matrix_grad, d.ow)?;
         {
-            let count = self.heads_index.len();
+            let count = self.head_matrix_index.len();
             let count32 = count as u32;
-            let mut l = self.lanes[0].stream.launch_builder(&self.k.heads_gather);
-            l.arg(&self.heads_grad).arg(&self.heads_index).arg(&count32);
+            let mut l = self.lanes[0].stream.launch_builder(&self.k.head_matrix_gather);
+            l.arg(&self.head_matrix_grad).arg(&self.head_matrix_index).arg(&count32);
             let mut compact = self.grads.slice_mut(off.wv2..);
             l.arg(&mut compact);
             // SAFETY: qnet_head_matrix_gather(const float* dense [(H + 1) O], const u32* index [count],
             // u32 count, float* compact): writes `count` floats from wv2's offset, which is
             // where wv2, wa2_k and bo end the flat buffer (Offsets::of). Ordered after the
-            // GEMM that writes heads_grad on the same lane.
+            // GEMM that writes head_matrix_grad on the same lane.
             unsafe { l.launch(grid_stride(count)) }?;
         }
         // d hh = dy W_heads^T as one product per head, each with its block of the dense
@@ -174,7 +180,7 @@ impl QNet {
         for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
             let gemm = if h == 0 { &self.gemm } else { &self.lanes[1 + (h - 1) % (LANES - 1)].gemm };
             #[rustfmt::skip]
-            gemm.gemm(b, fan_in, width, 1.0, &self.dy.slice(col..), pl(d.ow), &self.heads_w.slice(row * d.ow + col..), tr(d.ow),
+            gemm.gemm(b, fan_in, width, 1.0, &self.dy.slice(col..), pl(d.ow), &self.head_matrix.slice(row * d.ow + col..), tr(d.ow),
                 0.0, &mut self.dhh.slice_mut(row..), d.hw)?;
         }
         self.join(1..1 + side)?;
@@ -208,8 +214,8 @@ impl QNet {
     /// parameters into the online dense head matrix (so it needs no rebuild).
     pub fn optimize(&mut self) -> Result<()> {
         let p = self.d.params;
-        let dense = self.heads_w.slice_mut(..(self.d.hw + 1) * self.d.ow);
-        let mirror = Mirror { from: self.off.wv2, index: &self.heads_index, to: dense };
+        let dense = self.head_matrix.slice_mut(..(self.d.hw + 1) * self.d.ow);
+        let mirror = Mirror { from: self.off.wv2, index: &self.head_matrix_index, to: dense };
         self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))
     }
 
@@ -228,7 +234,7 @@ impl QNet {
     pub fn update_graphed(&mut self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
         self.check_batch(t, weights)?;
         let stream = self.stream.clone();
-        let binding = binding(&stream, t, weights);
+        let binding = binding(self, t, weights);
         GraphSlot::run_on(self, |q| &mut q.graph, &stream, binding, |q| q.update(t, weights))
     }
 
@@ -241,7 +247,7 @@ impl QNet {
         let p = self.d.params;
         let (online, mut target) = self.params.split_at_mut(p);
         self.opt.target_sync(&online.as_view(), &mut target, self.cfg.polyak_tau)?;
-        self.scatter_heads(NETS)
+        self.scatter_head_matrix(NETS)
     }
 }
 

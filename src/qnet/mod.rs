@@ -47,7 +47,7 @@ mod readback;
 pub use acting::Acting;
 pub use readback::{ForwardOut, LossOut};
 use launch::{first_layer, head_q_split, head_split, hidden_layer, launch_head, relu_backward, Dists, FirstInput, HeadOutputs, HeadSplits, Kernels};
-use layout::{heads_index, heads_of, with_ones, BranchShape, Dims, Offsets};
+use layout::{head_matrix_index, heads_of, with_ones, BranchShape, Dims, Offsets};
 
 /// Most action branches a network may have (`QNET_MAX_BRANCHES` in cuda/common/qnet.cuh).
 pub const MAX_BRANCHES: usize = 8;
@@ -61,7 +61,7 @@ const NETS: usize = 2;
 /// next data gradient).
 const LANES: usize = 4;
 
-/// A side stream with its own cuBLAS handle (so its own workspace) and the event that
+/// A side stream with its own cuBLASLt handle (so its own workspace) and the event that
 /// marks its work done.
 struct Lane {
     stream: Arc<CudaStream>,
@@ -87,11 +87,11 @@ pub struct QNet {
     pub opt: Optimizer,
     shape: BranchShape,
     /// qnet_head_matrix' index table (compact element -> dense position).
-    heads_index: CudaSlice<u32>,
+    head_matrix_index: CudaSlice<u32>,
     /// The dense head-output matrices `[(H + 1) x O]` of online then target.
-    heads_w: CudaSlice<f32>,
+    head_matrix: CudaSlice<f32>,
     /// The dense gradient of the online one.
-    heads_grad: CudaSlice<f32>,
+    head_matrix_grad: CudaSlice<f32>,
     x: CudaSlice<f32>,
     a1: CudaSlice<f32>,
     a2: CudaSlice<f32>,
@@ -126,7 +126,7 @@ pub struct QNet {
 /// (tallyho_oracle::tolerance): `gemm_chain`, `gemm_chain_3xtf32`, `gemm_chain_tf32`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Products {
-    /// Float32 FMAs (cuBLAS's SIMT kernels, qnet_first_layer).
+    /// Float32 FMAs (cuBLASLt's float32 kernels, qnet_first_layer).
     Float32,
     /// qnet_act's 3xTF32 tensor-core products (float32-class).
     Tf32x3,
@@ -166,7 +166,7 @@ impl QNet {
         }
         let sizes = [batch, cfg.state_dim, cfg.h1, cfg.h2, spec::hidden_width(cfg), spec::output_width(cfg)];
         if sizes.iter().any(|&v| v >= i32::MAX as usize / 4) {
-            return Err(Error::Shape(format!("Q-network sizes {sizes:?} exceed cuBLAS's 32-bit dimensions")));
+            return Err(Error::Shape(format!("Q-network sizes {sizes:?} exceed cuBLASLt's 32-bit dimensions: use smaller layers or batches")));
         }
         let d = Dims::of(cfg, batch);
         // The heads' limits, refused here rather than at the first forward.
@@ -179,8 +179,8 @@ impl QNet {
             head_q: f(entry::qnet_head::QNET_HEAD_Q)?,
             loss: f(entry::qnet_loss::QNET_LOSS)?,
             relu_backward: f(entry::qnet_backward::QNET_RELU_BACKWARD)?,
-            heads_scatter: f(entry::qnet_head_matrix::QNET_HEAD_MATRIX_SCATTER)?,
-            heads_gather: f(entry::qnet_head_matrix::QNET_HEAD_MATRIX_GATHER)?,
+            head_matrix_scatter: f(entry::qnet_head_matrix::QNET_HEAD_MATRIX_SCATTER)?,
+            head_matrix_gather: f(entry::qnet_head_matrix::QNET_HEAD_MATRIX_GATHER)?,
         };
 
         let event = || gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING));
@@ -208,9 +208,9 @@ impl QNet {
             grads: s.alloc_zeros(d.params)?,
             opt: Optimizer::new(gpu, cfg, d.params)?,
             shape: BranchShape::of(cfg),
-            heads_index: s.clone_htod(&heads_index(cfg))?,
-            heads_w: s.alloc_zeros(NETS * (d.hw + 1) * d.ow)?,
-            heads_grad: s.alloc_zeros((d.hw + 1) * d.ow)?,
+            head_matrix_index: s.clone_htod(&head_matrix_index(cfg))?,
+            head_matrix: s.alloc_zeros(NETS * (d.hw + 1) * d.ow)?,
+            head_matrix_grad: s.alloc_zeros((d.hw + 1) * d.ow)?,
             x: s.alloc_zeros(r * (d.s + 1))?,
             a1: s.alloc_zeros(n * r * (d.h1 + 1))?,
             a2: s.clone_htod(&with_ones(n * r, d.h2, 0.0))?,
@@ -280,24 +280,24 @@ impl QNet {
         self.check_len("target parameters", target.len(), p)?;
         self.stream.memcpy_htod(online, &mut self.params.slice_mut(..p))?;
         self.stream.memcpy_htod(target, &mut self.params.slice_mut(p..))?;
-        self.scatter_heads(NETS)
+        self.scatter_head_matrix(NETS)
     }
 
     /// `qnet_head_matrix_scatter`: rebuild the dense head matrices of the first `nets` networks
     /// (1: online, 2: both) from the flat parameters.
-    fn scatter_heads(&mut self, nets: usize) -> Result<()> {
-        let count = self.heads_index.len();
+    fn scatter_head_matrix(&mut self, nets: usize) -> Result<()> {
+        let count = self.head_matrix_index.len();
         let (p64, wv2, count32, stride, n32) =
             (self.d.params as u64, self.off.wv2 as u64, count as u32, ((self.d.hw + 1) * self.d.ow) as u64, nets as u32);
-        let mut l = self.stream.launch_builder(&self.k.heads_scatter);
+        let mut l = self.stream.launch_builder(&self.k.head_matrix_scatter);
         l.arg(&self.params)
             .arg(&p64)
             .arg(&wv2)
-            .arg(&self.heads_index)
+            .arg(&self.head_matrix_index)
             .arg(&count32)
             .arg(&stride)
             .arg(&n32)
-            .arg(&mut self.heads_w);
+            .arg(&mut self.head_matrix);
         // SAFETY: qnet_head_matrix_scatter(const float* params [2P], u64 P, u64 wv2 offset, const u32*
         // index [count], u32 count, u64 dense stride, u32 nets <= 2, float* dense [2 (H + 1) O]):
         // the index holds dense positions < (H + 1) O, wv2 + count = P (checked in Offsets::of).

@@ -2,7 +2,7 @@
 //! it, the aligned feed's copies in bounds, the default network's fit.
 
 use super::*;
-use crate::qnet::{heads_index, heads_of};
+use crate::qnet::{head_matrix_index, heads_of};
 use tallyho_oracle::qnet as spec;
 
 /// The staged column of padded column `pc` that qnet_act writes out (past a segment's
@@ -27,7 +27,7 @@ fn sources(cfg: &QNetConfig, params: &[f32]) -> (Vec<f32>, Vec<Option<usize>>) {
     let d = Dims::of(cfg, 1);
     let wv2 = spec::tensor(cfg, "wv2").unwrap().offset;
     let (mut dense, mut owner) = (vec![0.0; (d.hw + 1) * d.ow], vec![None; (d.hw + 1) * d.ow]);
-    for (e, &pos) in heads_index(cfg).iter().enumerate() {
+    for (e, &pos) in head_matrix_index(cfg).iter().enumerate() {
         dense[pos as usize] = params[wv2 + e];
         owner[pos as usize] = Some(wv2 + e);
     }
