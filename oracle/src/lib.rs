@@ -21,9 +21,11 @@ pub mod reward;
 pub mod schedule;
 pub mod shared_data;
 pub mod tolerance;
+pub mod train_config;
 
 pub use compare::{compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison};
-pub use config::{ConfigError, TrainConfig};
+pub use config::ConfigError;
+pub use train_config::TrainConfig;
 pub use features::{FeatureConfig, Market};
 pub use market::{Bars, MarketError, SyntheticConfig};
 pub use replay::ReplayConfig;
