@@ -13,6 +13,7 @@ pub mod env;
 pub mod gemm;
 pub mod kat;
 pub mod market;
+pub mod nstep;
 pub mod optimizer;
 pub mod philox;
 pub mod qnet;
