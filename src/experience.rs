@@ -10,7 +10,7 @@
 //! Nothing here allocates after [`Experience::new`]; every per-step value (each env's clock,
 //! epsilon) lives in device memory, so [`Experience::step_graphed`] captures the step once.
 
-use crate::env::Env;
+use crate::env::{ActEnv, Env};
 use crate::error::{Error, Result};
 use crate::graph::{Binding, GraphSlot, Phase};
 use crate::qnet::act::{ForwardEntries, ForwardKernel};
@@ -48,10 +48,10 @@ pub struct Experience {
     graph: GraphSlot,
 }
 
-/// What an [`Experience`] checks a step's env and network against.
-fn pair_of(env: &Env, net: &QNet) -> [u64; 4] {
+/// What an [`Experience`] checks a step's env (as `act_env`) and network against.
+fn pair_of(act_env: &ActEnv, net: &QNet) -> [u64; 4] {
     let (params, heads) = net.act_addresses();
-    [env.act_env().states_address(), params, heads, u64::from(net.act_aligned())]
+    [act_env.states_address(), params, heads, u64::from(net.act_aligned())]
 }
 
 impl Experience {
@@ -69,7 +69,7 @@ impl Experience {
         }
         Ok(Experience {
             kernel: net.load_forward_kernel(gpu, &EXPERIENCE_STEP)?,
-            made_for: pair_of(env, net),
+            made_for: pair_of(&e, net),
             path: ExperiencePath::Fused,
             graph: GraphSlot::new("experience_step"),
         })
@@ -93,7 +93,8 @@ impl Experience {
         if acting.rows() != envs {
             return Err(Error::Shape(format!("acting buffers of {} rows for {envs} envs: make them with QNet::acting({envs})", acting.rows())));
         }
-        if pair_of(env, net) != self.made_for {
+        let act_env = env.act_env();
+        if pair_of(&act_env, net) != self.made_for {
             return Err(Error::Shape(
                 "an Experience steps the env and network it was made with (its widths are checked and its entry points loaded for them): make one per pair with Experience::new".into(),
             ));
@@ -101,7 +102,6 @@ impl Experience {
         env.epsilon.advance()?;
         if self.path == ExperiencePath::Fused {
             if let Some((_, launch)) = net.act_launch(envs)? {
-                let act_env = env.act_env();
                 let mut l = Programmatic::new(env.stream(), launch.entry(&self.kernel)?);
                 l.value(&act_env);
                 launch.push_network(&mut l);
@@ -136,7 +136,7 @@ impl Experience {
         // Everything the captured launches read or write, and every switch that changes
         // which launches they are: a replay over anything else is refused.
         let path = [self.in_one_launch(env, net) as u64, net.act_block_rows(e.envs()).unwrap_or(0) as u64, net.tf32() as u64];
-        let mut words = [0u64; 27 + 4 + 2 + 5 + 3];
+        let mut words = [0u64; 26 + 4 + 2 + 5 + 3];
         let parts: [&[u64]; 5] = [&e.addresses(), &env.epsilon.binding_words(), &[params, heads], &acting.addresses(&stream), &path];
         for (w, v) in words.iter_mut().zip(parts.into_iter().flatten()) {
             *w = *v;

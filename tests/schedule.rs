@@ -32,6 +32,24 @@ mod gpu {
         assert_eq!(eps.read().unwrap(), 0.25);
     }
 
+    /// Random schedules (any start and end in [0, 1], 0 to 400 steps), each run past its end:
+    /// every rate bitwise the oracle's.
+    #[test]
+    fn schedule_epsilon_matches_the_oracle_on_random_schedules() {
+        use proptest::prelude::*;
+        let gpu = gpu();
+        let cases = (0.0f32..=1.0, 0.0f32..=1.0, 0u32..400);
+        runner(file!())
+            .run(&cases, |(start, end, steps)| {
+                let s = EpsilonSchedule { start, end, steps };
+                for c in check_schedule_epsilon(&gpu, &s, steps + 3).map_err(|e| TestCaseError::fail(e.to_string()))? {
+                    c.check().map_err(TestCaseError::fail)?;
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
     #[test]
     fn epsilon_anneals_under_the_experience_steps_graph_replay() {
         let gpu = gpu();

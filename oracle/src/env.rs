@@ -233,6 +233,22 @@ pub struct EnvState {
 }
 
 impl EnvState {
+    /// Each field's length, in declaration order (all N in a well-formed state).
+    pub fn field_lens(&self) -> [usize; 10] {
+        [
+            self.bar.len(),
+            self.steps.len(),
+            self.clock.len(),
+            self.position.len(),
+            self.entry.len(),
+            self.realized.len(),
+            self.fees.len(),
+            self.equity.len(),
+            self.dsr_a.len(),
+            self.dsr_b.len(),
+        ]
+    }
+
     /// Every env flat at its Philox-chosen start (clock 0).
     pub fn new(cfg: &EnvConfig, split: Split) -> Self {
         let n = cfg.envs;

@@ -121,12 +121,12 @@ impl ActEnv {
 
     /// Every device address it holds (the market, the portfolios, the outputs): what a graph
     /// over the env binds to.
-    pub fn addresses(&self) -> [u64; 27] {
+    pub fn addresses(&self) -> [u64; 26] {
         let s = self.state.0;
         [
             self.features, self.close, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], self.states, self.x,
             self.epsilon, self.bid, self.ask, self.volatility, self.high, self.low, self.actions, self.filled,
-            self.fill_price, self.reward, self.done, self.reason, u64::from(self.params.envs),
+            self.fill_price, self.reward, self.done, self.reason,
         ]
     }
 }

@@ -7,18 +7,7 @@ impl Env {
     /// Overwrite the portfolios (tests, fixtures); bars must lie inside the split.
     pub fn upload_state(&mut self, st: &EnvState) -> Result<()> {
         let n = self.cfg.envs;
-        let lens = [
-            st.bar.len(),
-            st.steps.len(),
-            st.clock.len(),
-            st.position.len(),
-            st.entry.len(),
-            st.realized.len(),
-            st.fees.len(),
-            st.equity.len(),
-            st.dsr_a.len(),
-            st.dsr_b.len(),
-        ];
+        let lens = st.field_lens();
         if lens.iter().any(|&l| l != n) {
             return Err(Error::Shape(format!("an env state with field lengths {lens:?} for an Env of {n} envs")));
         }
