@@ -10,14 +10,17 @@
 #include "common/grid.cuh"
 
 extern "C" __global__ void env_step(const float* __restrict__ q, const ActionBranches br,
-                                    const float* __restrict__ epsilon, const float* __restrict__ bid,
+                                    const float* __restrict__ epsilon, const float* __restrict__ features,
+                                    const float* __restrict__ close, const float* __restrict__ bid,
                                     const float* __restrict__ ask, const float* __restrict__ volatility,
                                     const float* __restrict__ high, const float* __restrict__ low, const EnvParams p,
                                     const EnvState st, int* actions, int* __restrict__ filled,
-                                    float* __restrict__ fill_price, float* __restrict__ reward,
+                                    float* __restrict__ fill_price, float* __restrict__ net_before,
+                                    float* __restrict__ pnl, float* __restrict__ next_states,
                                     float* __restrict__ done, int* __restrict__ reason) {
     grid_wait_for_prior();  // launched programmatically after the Q-forward
-    const EnvStepIo io{epsilon, bid, ask, volatility, high, low, actions, filled, fill_price, reward, done, reason};
+    const EnvStepIo io{epsilon, features, close,     bid,        ask, volatility,  high, low,
+                       actions, filled,   fill_price, net_before, pnl, next_states, done, reason};
     const float eps = *epsilon;
     const unsigned int width = branches_width(br);
     ENV_FOR_EACH(n, p.envs) env_step_env(n, q, br, width, eps, p, st, io);

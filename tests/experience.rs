@@ -47,7 +47,7 @@ mod gpu {
         let m = es_market();
         // 783 envs: a partial last block at both rows per block; a 7-step limit, so that
         // resets occur within the 12 steps.
-        let cfg = EnvConfig { envs: 783, max_steps: 7, dsr_eta: 0.02, ..EnvConfig::default() };
+        let cfg = EnvConfig { envs: 783, max_steps: 7, ..EnvConfig::default() };
         for block_rows in [16, 32] {
             assert_all(&check_experience_fused(&gpu, &cfg, &EnvMarket::of(&m), Split::train(&m), 12, block_rows).unwrap());
         }
@@ -57,7 +57,7 @@ mod gpu {
     fn the_default_synthetic_market_steps_4096_envs_like_the_oracle() {
         let gpu = gpu();
         let m = load_market(None).unwrap();
-        let cfg = EnvConfig { envs: 4096, dsr_eta: 0.02, ..EnvConfig::default() };
+        let cfg = EnvConfig { envs: 4096, ..EnvConfig::default() };
         let (comparisons, activity) = check_experience(&gpu, &cfg, &EnvMarket::of(&m), Split::test(&m), 0.1, 30, 15).unwrap();
         assert_all(&comparisons);
         assert!(activity.fills > 1000, "{activity:?}");

@@ -10,10 +10,10 @@ struct EnvParams {
     unsigned int envs, feature_dim, max_steps, bar_lo, bar_hi;
     int max_position;
     float point_value, commission, ioc_fill_prob, limit_fill_min, limit_fill_max, limit_capture;
-    float take_profit, stop_loss, reward_scale, dsr_eta;
+    float take_profit, stop_loss;
     unsigned int key0, key1;
 };
-static_assert(sizeof(EnvParams) == 72, "EnvParams is mirrored field for field by src/env/args.rs");
+static_assert(sizeof(EnvParams) == 64, "EnvParams is mirrored field for field by src/env/args.rs");
 
 // Action branches (direction, size, order type) and their codes; done reasons.
 #define ENV_BRANCHES 3
@@ -26,8 +26,6 @@ static_assert(sizeof(EnvParams) == 72, "EnvParams is mirrored field for field by
 #define ENV_TIME_LIMIT 3
 #define ENV_END_OF_DATA 4
 #define ENV_PORTFOLIO_FEATURES 4
-#define ENV_DSR_CLIP 10.0f
-#define ENV_DSR_MIN_VARIANCE 1e-12f
 
 // The N portfolios, structure of arrays (oracle env::EnvState), one pointer per field.
 struct EnvState {
@@ -39,10 +37,8 @@ struct EnvState {
     float* realized;
     float* fees;
     float* equity;
-    float* dsr_a;
-    float* dsr_b;
 };
-static_assert(sizeof(EnvState) == 80, "EnvState is mirrored by src/env/args.rs StatePtrs");
+static_assert(sizeof(EnvState) == 64, "EnvState is mirrored by src/env/args.rs StatePtrs");
 
 __device__ __forceinline__ float sign_of(int p) { return p > 0 ? 1.0f : (p < 0 ? -1.0f : 0.0f); }
 
@@ -52,22 +48,25 @@ __device__ __forceinline__ unsigned int env_start(const EnvParams& p, unsigned i
     return p.bar_lo + (unsigned int)(((unsigned long long)w * (p.bar_hi - 1u - p.bar_lo)) >> 32);
 }
 
+// Portfolio feature k (0..3) of a portfolio (position pos, entry e, episode steps, realized,
+// fees) at a bar closing at c (cuda/state_gather.cu says what each is; oracle
+// env::portfolio_features).
+__device__ __forceinline__ float portfolio_value(unsigned int k, float c, int pos, float e, unsigned int steps,
+                                                 float realized, float fees, const EnvParams& p) {
+    switch (k) {
+        case 0: return __fdiv_rn((float)pos, (float)p.max_position);
+        case 1: return pos != 0 ? __fmul_rn(__fdiv_rn(__fmul_rn(__fsub_rn(c, e), sign_of(pos)), e), 100.0f) : 0.0f;
+        case 2: return __fdiv_rn((float)steps, (float)p.max_steps);
+        default: return __fmul_rn(__fdiv_rn(__fsub_rn(realized, fees), __fmul_rn(c, p.point_value)), 100.0f);
+    }
+}
+
 // Element j of env n's state (S = F + 4 wide; cuda/state_gather.cu says what each is).
 __device__ __forceinline__ float state_value(unsigned long long n, unsigned int j, const float* __restrict__ features,
                                              const float* __restrict__ close, const EnvParams& p, const EnvState& st) {
     const unsigned int f = p.feature_dim, bar = st.bar[n];
     if (j < f) return features[(unsigned long long)bar * f + j];
-    const float c = close[bar];
-    const int pos = st.position[n];
-    switch (j - f) {
-        case 0: return __fdiv_rn((float)pos, (float)p.max_position);
-        case 1: {
-            const float e = st.entry[n];
-            return pos != 0 ? __fmul_rn(__fdiv_rn(__fmul_rn(__fsub_rn(c, e), sign_of(pos)), e), 100.0f) : 0.0f;
-        }
-        case 2: return __fdiv_rn((float)st.steps[n], (float)p.max_steps);
-        default: return __fmul_rn(__fdiv_rn(__fsub_rn(st.realized[n], st.fees[n]), __fmul_rn(c, p.point_value)), 100.0f);
-    }
+    return portfolio_value(j - f, close[bar], st.position[n], st.entry[n], st.steps[n], st.realized[n], st.fees[n], p);
 }
 
 #define ENV_FOR_EACH(i, n)                                                                         \

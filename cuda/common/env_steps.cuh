@@ -26,18 +26,35 @@ __device__ __forceinline__ unsigned int word(uint4 w, unsigned int k) {
 struct Portfolio {
     unsigned int bar, steps, clock;
     int position;
-    float entry, realized, fees, equity, dsr_a, dsr_b;
+    float entry, realized, fees, equity;
 };
 
 __device__ __forceinline__ Portfolio portfolio_of(const EnvState& st, unsigned long long n) {
     return Portfolio{st.bar[n],   st.steps[n],    st.clock[n], st.position[n], st.entry[n],
-                     st.realized[n], st.fees[n], st.equity[n], st.dsr_a[n],    st.dsr_b[n]};
+                     st.realized[n], st.fees[n], st.equity[n]};
 }
 
 __device__ __forceinline__ void portfolio_store(const EnvState& st, unsigned long long n, const Portfolio& f) {
     st.bar[n] = f.bar, st.steps[n] = f.steps, st.clock[n] = f.clock, st.position[n] = f.position;
     st.entry[n] = f.entry, st.realized[n] = f.realized, st.fees[n] = f.fees, st.equity[n] = f.equity;
-    st.dsr_a[n] = f.dsr_a, st.dsr_b[n] = f.dsr_b;
+}
+
+// The net realized PnL of a portfolio, realized - fees: what the step's PnL is measured from.
+__device__ __forceinline__ float net_of(const Portfolio& f) { return __fsub_rn(f.realized, f.fees); }
+
+// s' of env n, row n of next_states [N x S]: bar `after.bar`'s features, then the portfolio
+// features of `after` (the portfolio after the step, before any reset) at that bar's close
+// c: the element function of state_gather (state_value), so for an env that is not done
+// the next step's states row, bit for bit.
+__device__ __forceinline__ void next_state_row(unsigned long long n, const float* __restrict__ features, float c,
+                                               const EnvParams& p, const Portfolio& after, float* next_states) {
+    const unsigned int f = p.feature_dim, s = f + ENV_PORTFOLIO_FEATURES;
+    const float* feat = features + (unsigned long long)after.bar * f;
+    float* row = next_states + n * s;
+    for (unsigned int j = 0; j < f; ++j) row[j] = feat[j];
+#pragma unroll
+    for (unsigned int k = 0; k < ENV_PORTFOLIO_FEATURES; ++k)
+        row[f + k] = portfolio_value(k, c, after.position, after.entry, after.steps, after.realized, after.fees, p);
 }
 
 // Select: env n's action a[k] in each branch k from its Q-values row (branch after branch):
@@ -115,26 +132,16 @@ __device__ __forceinline__ int fill_order(unsigned long long n, const int* a, fl
     return 1;
 }
 
-__device__ __forceinline__ float dsr(float eta, float r, float* a_io, float* b_io) {
-    const float a = *a_io, b = *b_io;
-    const float da = __fsub_rn(r, a), db = __fsub_rn(__fmul_rn(r, r), b);
-    const float var = __fsub_rn(b, __fmul_rn(a, a));
-    float d = 0.0f;
-    if (var > ENV_DSR_MIN_VARIANCE)
-        d = __fdiv_rn(__fsub_rn(__fmul_rn(b, da), __fmul_rn(__fmul_rn(a, 0.5f), db)), __fmul_rn(var, __fsqrt_rn(var)));
-    *a_io = __fadd_rn(a, __fmul_rn(eta, da));
-    *b_io = __fadd_rn(b, __fmul_rn(eta, db));
-    return d < -ENV_DSR_CLIP ? -ENV_DSR_CLIP : (d > ENV_DSR_CLIP ? ENV_DSR_CLIP : d);
-}
-
 // Barriers: portfolio f on its next bar t = bar + 1 (always inside the market; its range
-// lo_t, hi_t and quote bid_t, ask_t): exits, mark, the reward (returned), the reason (0:
-// none), and the auto-reset, f updated.
-__device__ __forceinline__ float barrier_step(unsigned long long n, float lo_t, float hi_t, float bid_t, float ask_t,
-                                              const EnvParams& p, Portfolio& f, int& reason) {
+// lo_t, hi_t and quote bid_t, ask_t): exits, mark, the reason (0: none), the step's PnL
+// against net_before (the net realized PnL before the fill), the portfolio after the step and
+// before the reset (`after`, s'), and the auto-reset, f updated.
+__device__ __forceinline__ void barrier_step(unsigned long long n, float lo_t, float hi_t, float bid_t, float ask_t,
+                                             float net_before, const EnvParams& p, Portfolio& f, int& reason,
+                                             float& pnl, Portfolio& after) {
     const unsigned int t = f.bar + 1;
     const int pos = f.position;
-    const float entry = f.entry, equity_before = f.equity;
+    const float entry = f.entry;
     const unsigned int steps = f.steps + 1, clock = f.clock + 1;
     float realized = f.realized, fees = f.fees;
     const float s = sign_of(pos);
@@ -165,18 +172,16 @@ __device__ __forceinline__ float barrier_step(unsigned long long n, float lo_t, 
         held != 0 ? __fmul_rn(__fmul_rn(__fsub_rn(mid, entry), s), __fmul_rn((float)(held < 0 ? -held : held), p.point_value))
                   : 0.0f;
     const float equity = __fadd_rn(__fsub_rn(realized, fees), unrealized);
-    const float r = __fmul_rn(__fsub_rn(equity, equity_before), p.reward_scale);
-    const float reward = p.dsr_eta > 0.0f ? dsr(p.dsr_eta, r, &f.dsr_a, &f.dsr_b) : r;
+    pnl = __fsub_rn(__fsub_rn(realized, fees), net_before);
+    after = Portfolio{t, steps, clock, held, entry, realized, fees, equity};
     f.clock = clock;
     if (reason != 0) {
         f.bar = env_start(p, (unsigned int)n, clock);
         f.steps = 0, f.position = 0;
         f.entry = 0.0f, f.realized = 0.0f, f.fees = 0.0f, f.equity = 0.0f;
     } else {
-        f.bar = t, f.steps = steps, f.position = held;
-        f.realized = realized, f.fees = fees, f.equity = equity;
+        f = after;
     }
-    return reward;
 }
 
 // The kernels' loop bodies: each reads its stage's inputs, runs it, writes what it changed.
@@ -193,37 +198,47 @@ __device__ __forceinline__ void action_select_env(unsigned long long n, const fl
         if (k < br.count) actions[n * br.count + k] = a[k];
 }
 
-// Env n's order from its actions [N x 3] against its bar's quote: filled, fill_price and the
-// portfolio (cuda/fill_step.cu).
+// Env n's order from its actions [N x 3] against its bar's quote: filled, fill_price,
+// net_before (realized - fees before the fill) and the portfolio (cuda/fill_step.cu).
 __device__ __forceinline__ void fill_step_env(unsigned long long n, const float* __restrict__ bid,
                                               const float* __restrict__ ask, const float* __restrict__ volatility,
                                               const EnvParams& p, const EnvState& st, const int* actions,
-                                              int* filled, float* fill_price) {
+                                              int* filled, float* fill_price, float* net_before) {
     // Every load first (the state's pointers may alias the outputs as far as the compiler
     // knows): one memory latency, then the bar's.
     const int* ap = actions + n * ENV_BRANCHES;
     const int a[ENV_BRANCHES] = {ap[0], ap[1], ap[2]};
     Portfolio f = portfolio_of(st, n);
     const float bd = bid[f.bar], ak = ask[f.bar], vol = volatility[f.bar];
+    const float net0 = net_of(f);
     float price;
     const int did = fill_order(n, a, bd, ak, vol, p, f, price);
     filled[n] = did;
     fill_price[n] = price;
+    net_before[n] = net0;
     if (did) st.fees[n] = f.fees, st.entry[n] = f.entry, st.realized[n] = f.realized, st.position[n] = f.position;
 }
 
-// Env n's next bar: exits, mark, reward, done, reason and the auto-reset (cuda/barriers.cu).
-__device__ __forceinline__ void barriers_env(unsigned long long n, const float* __restrict__ bid,
+// Env n's next bar: exits, mark, the step's PnL, s', done, reason and the auto-reset
+// (cuda/barriers.cu).
+__device__ __forceinline__ void barriers_env(unsigned long long n, const float* __restrict__ features,
+                                             const float* __restrict__ close, const float* __restrict__ bid,
                                              const float* __restrict__ ask, const float* __restrict__ high,
                                              const float* __restrict__ low, const EnvParams& p, const EnvState& st,
-                                             float* reward, float* done, int* reason_out) {
-    // Every load first: the env's state, then its next bar's quote and range, so that the
-    // chain is two memory latencies, not one per branch.
+                                             const float* net_before, float* pnl_out, float* next_states,
+                                             float* done, int* reason_out) {
+    // Every load first: the env's state, then its next bar's quote, range and close, so that
+    // the chain is two memory latencies, not one per branch.
     Portfolio f = portfolio_of(st, n);
+    const float net0 = net_before[n];
     const unsigned int t = f.bar + 1;
-    const float lo_t = low[t], hi_t = high[t], bid_t = bid[t], ask_t = ask[t];
+    const float lo_t = low[t], hi_t = high[t], bid_t = bid[t], ask_t = ask[t], c_t = close[t];
     int reason;
-    reward[n] = barrier_step(n, lo_t, hi_t, bid_t, ask_t, p, f, reason);
+    float pnl;
+    Portfolio after;
+    barrier_step(n, lo_t, hi_t, bid_t, ask_t, net0, p, f, reason, pnl, after);
+    next_state_row(n, features, c_t, p, after, next_states);
+    pnl_out[n] = pnl;
     done[n] = reason != 0 ? 1.0f : 0.0f;
     reason_out[n] = reason;
     portfolio_store(st, n, f);
@@ -239,37 +254,46 @@ __device__ __forceinline__ unsigned int branches_width(const ActionBranches& br)
 // What the environment's step after the Q-forward reads and writes besides the portfolios.
 struct EnvStepIo {
     const float* epsilon;
-    const float *bid, *ask, *volatility, *high, *low;
+    const float *features, *close, *bid, *ask, *volatility, *high, *low;
     int* actions;
     int* filled;
     float* fill_price;
-    float* reward;
+    float* net_before;
+    float* pnl;
+    float* next_states;
     float* done;
     int* reason;
 };
+static_assert(sizeof(EnvStepIo) == 128, "EnvStepIo is mirrored field for field inside src/env/args.rs ActEnv");
 
 // Env n's whole step after the Q-forward (env_step's loop body): select, fill, barriers on
 // one read of its portfolio, its bar's and next bar's market and its Q-values row (all
-// issued before any store: two memory latencies for the step), then every write.
+// issued before any store: two memory latencies for the step), then every write (s' reads
+// the next bar's features as it writes them).
 __device__ __forceinline__ void env_step_env(unsigned long long n, const float* q, const ActionBranches& br,
                                              unsigned int width, float eps, const EnvParams& p, const EnvState& st,
                                              const EnvStepIo& io) {
     Portfolio f = portfolio_of(st, n);
     const unsigned int b = f.bar, t = b + 1;
     const float bd = io.bid[b], ak = io.ask[b], vol = io.volatility[b];
-    const float lo_t = io.low[t], hi_t = io.high[t], bid_t = io.bid[t], ask_t = io.ask[t];
+    const float lo_t = io.low[t], hi_t = io.high[t], bid_t = io.bid[t], ask_t = io.ask[t], c_t = io.close[t];
     int a[ACTION_MAX_BRANCHES] = {0, 0, 0, 0};
     select_actions(n, q + n * width, br, eps, f.clock, make_uint2(p.key0, p.key1), a);
+    const float net0 = net_of(f);
     float price;
     const int did = fill_order(n, a, bd, ak, vol, p, f, price);
     int reason;
-    const float reward = barrier_step(n, lo_t, hi_t, bid_t, ask_t, p, f, reason);
+    float pnl;
+    Portfolio after;
+    barrier_step(n, lo_t, hi_t, bid_t, ask_t, net0, p, f, reason, pnl, after);
 #pragma unroll
     for (unsigned int k = 0; k < ACTION_MAX_BRANCHES; ++k)
         if (k < br.count) io.actions[n * br.count + k] = a[k];
     io.filled[n] = did;
     io.fill_price[n] = price;
-    io.reward[n] = reward;
+    io.net_before[n] = net0;
+    next_state_row(n, io.features, c_t, p, after, io.next_states);
+    io.pnl[n] = pnl;
     io.done[n] = reason != 0 ? 1.0f : 0.0f;
     io.reason[n] = reason;
     portfolio_store(st, n, f);

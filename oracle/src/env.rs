@@ -18,7 +18,10 @@
 //! **One timestep** of env n at bar t: [`state_gather`] (features of t, portfolio), the
 //! Q-forward, [`action_select`], [`fill_step`] against the quote of bar t, then [`barriers`]
 //! at bar t + 1: take-profit / stop-loss against its high and low, time limit, end of data,
-//! mark-to-market at its mid, reward, and auto-reset of a done env to a Philox-chosen start.
+//! mark-to-market at its mid, the step's net realized PnL, the state s' after the action
+//! (before any reset), and auto-reset of a done env to a Philox-chosen start. The reward is
+//! not the env's: the reward pipeline ([`crate::reward`]) makes it from the step's PnL and
+//! the position.
 
 use crate::action::{ACTION_BRANCHES, BRANCH_COUNT, BRANCH_DIRECTION, BRANCH_ORDER_TYPE, BRANCH_SIZE, BUY, IOC, MARKET, SELL};
 use crate::config::{require, ConfigError};
@@ -32,10 +35,6 @@ pub const TIME_LIMIT: i32 = 3;
 pub const END_OF_DATA: i32 = 4;
 /// Portfolio features appended to the market features of a state.
 pub const PORTFOLIO_FEATURES: usize = 4;
-/// |differential Sharpe ratio reward| is clipped here: its denominator is tiny early on.
-pub const DSR_CLIP: f32 = 10.0;
-/// The variance below which the differential Sharpe ratio is taken as 0.
-pub const DSR_MIN_VARIANCE: f32 = 1e-12;
 
 /// Constants of the environment. Money is in the account currency: PnL = price points x
 /// contracts x `point_value`.
@@ -62,11 +61,6 @@ pub struct EnvConfig {
     pub stop_loss: f32,
     /// Steps after which an episode ends (time limit).
     pub max_steps: u32,
-    /// Reward = change of equity x this (or its differential Sharpe ratio).
-    pub reward_scale: f32,
-    /// Differential Sharpe ratio adaptation rate eta (Moody and Saffell 1998); 0: plain
-    /// scaled equity change.
-    pub dsr_eta: f32,
     /// Run seed: the Philox key.
     pub seed: u64,
 }
@@ -85,8 +79,6 @@ impl Default for EnvConfig {
             take_profit: 0.003,
             stop_loss: 0.0015,
             max_steps: 240,
-            reward_scale: 0.01,
-            dsr_eta: 0.0,
             seed: 0x7a11_1b0,
         }
     }
@@ -119,8 +111,6 @@ impl EnvConfig {
         require(p(self.limit_capture), "limit_capture", self.limit_capture, "[0, 1]", "a share of the spread such as 0.5")?;
         require((0.0..1.0).contains(&self.take_profit), "take_profit", self.take_profit, "[0, 1)", "a fraction such as 0.003, or 0 for none")?;
         require((0.0..1.0).contains(&self.stop_loss), "stop_loss", self.stop_loss, "[0, 1)", "a fraction such as 0.0015, or 0 for none")?;
-        require(self.reward_scale.is_finite(), "reward_scale", self.reward_scale, "finite", "a scale such as 0.01")?;
-        require(p(self.dsr_eta) && self.dsr_eta < 1.0, "dsr_eta", self.dsr_eta, "[0, 1)", "a rate such as 0.01, or 0 for none")?;
         let ok = branches.len() == BRANCH_COUNT
             && branches[BRANCH_DIRECTION] == ACTION_BRANCHES[BRANCH_DIRECTION]
             && branches[BRANCH_ORDER_TYPE] == ACTION_BRANCHES[BRANCH_ORDER_TYPE]
@@ -227,14 +217,11 @@ pub struct EnvState {
     pub fees: Vec<f32>,
     /// Equity at the last mark: realized - fees + unrealized.
     pub equity: Vec<f32>,
-    /// Differential Sharpe ratio moving moments A (mean) and B (second moment).
-    pub dsr_a: Vec<f32>,
-    pub dsr_b: Vec<f32>,
 }
 
 impl EnvState {
     /// Each field's length, in declaration order (all N in a well-formed state).
-    pub fn field_lens(&self) -> [usize; 10] {
+    pub fn field_lens(&self) -> [usize; 8] {
         [
             self.bar.len(),
             self.steps.len(),
@@ -244,8 +231,6 @@ impl EnvState {
             self.realized.len(),
             self.fees.len(),
             self.equity.len(),
-            self.dsr_a.len(),
-            self.dsr_b.len(),
         ]
     }
 
@@ -261,8 +246,6 @@ impl EnvState {
             realized: vec![0.0; n],
             fees: vec![0.0; n],
             equity: vec![0.0; n],
-            dsr_a: vec![0.0; n],
-            dsr_b: vec![0.0; n],
         }
     }
 
@@ -297,14 +280,29 @@ pub fn state_gather(cfg: &EnvConfig, m: &EnvMarket, st: &EnvState) -> Vec<f32> {
 
 /// The portfolio part of env n's state, in the kernel's operation order.
 pub fn portfolio_features(cfg: &EnvConfig, m: &EnvMarket, st: &EnvState, n: usize) -> [f32; PORTFOLIO_FEATURES] {
-    let close = m.close[st.bar[n] as usize];
-    let pos = st.position[n];
-    let open_return = if pos != 0 { (close - st.entry[n]) * sign(pos) / st.entry[n] * 100.0 } else { 0.0 };
+    let held = Held { position: st.position[n], entry: st.entry[n], steps: st.steps[n], realized: st.realized[n], fees: st.fees[n] };
+    portfolio_row(cfg, m.close[st.bar[n] as usize], &held)
+}
+
+/// What a state row reads of a portfolio besides its bar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Held {
+    position: i32,
+    entry: f32,
+    steps: u32,
+    realized: f32,
+    fees: f32,
+}
+
+/// The portfolio features of `h` at a bar closing at `close` (the kernels' `portfolio_value`).
+fn portfolio_row(cfg: &EnvConfig, close: f32, h: &Held) -> [f32; PORTFOLIO_FEATURES] {
+    let pos = h.position;
+    let open_return = if pos != 0 { (close - h.entry) * sign(pos) / h.entry * 100.0 } else { 0.0 };
     [
         pos as f32 / cfg.max_position as f32,
         open_return,
-        st.steps[n] as f32 / cfg.max_steps as f32,
-        (st.realized[n] - st.fees[n]) / (close * cfg.point_value) * 100.0,
+        h.steps as f32 / cfg.max_steps as f32,
+        (h.realized - h.fees) / (close * cfg.point_value) * 100.0,
     ]
 }
 
@@ -340,11 +338,14 @@ pub fn action_select(seed: u64, branches: &[usize], epsilon: f32, q: &[f32], st:
     out
 }
 
-/// What `fill_step` did per env: 1 where an order filled, and its price (0 otherwise).
+/// What `fill_step` did per env: 1 where an order filled, and its price (0 otherwise); and
+/// every env's net realized PnL `realized - fees` before its fill, the reference the step's
+/// PnL is measured from ([`barriers`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fills {
     pub filled: Vec<i32>,
     pub price: Vec<f32>,
+    pub net_before: Vec<f32>,
 }
 
 /// **fill_step**: env n's order from its actions `[N x 3]` against bar `bar[n]`'s quote.
@@ -361,11 +362,12 @@ pub struct Fills {
 /// pays `commission |q|`; opening a position enters at the fill price, adding to one averages it,
 /// `(entry |pos| + price |q|) / (|pos| + |q|)`; reducing realizes
 /// `((price - entry) sign(pos)) (min(|q|, |pos|) point_value)`, and a flip enters the rest
-/// at the fill price.
+/// at the fill price. `net_before = realized - fees` is read before the fill, for every env.
 pub fn fill_step(cfg: &EnvConfig, m: &EnvMarket, st: &mut EnvState, actions: &[i32]) -> Fills {
     let n_envs = st.len();
-    let mut fills = Fills { filled: vec![0; n_envs], price: vec![0.0; n_envs] };
+    let mut fills = Fills { filled: vec![0; n_envs], price: vec![0.0; n_envs], net_before: vec![0.0; n_envs] };
     for n in 0..n_envs {
+        fills.net_before[n] = st.realized[n] - st.fees[n];
         let a = &actions[BRANCH_COUNT * n..BRANCH_COUNT * (n + 1)];
         let side = match a[BRANCH_DIRECTION] {
             BUY => 1,
@@ -428,7 +430,11 @@ fn apply_fill(cfg: &EnvConfig, st: &mut EnvState, n: usize, q: i32, price: f32) 
 /// What `barriers` decided per env.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
-    pub reward: Vec<f32>,
+    /// The step's net realized PnL: `(realized - fees) - net_before`, after the fill and any
+    /// barrier exit, before the auto-reset.
+    pub pnl: Vec<f32>,
+    /// s' `[N x S]`: each env's state row after the step, before the auto-reset.
+    pub next_states: Vec<f32>,
     /// 1.0 where the episode ended this step, else 0.0.
     pub done: Vec<f32>,
     /// TAKE_PROFIT, STOP_LOSS, TIME_LIMIT, END_OF_DATA, or 0.
@@ -445,15 +451,26 @@ pub struct Outcome {
 ///   bar to trade at next) ends the episode, an open position exiting at the touch (bid for
 ///   a long, ask for a short).
 /// - An exit realizes `((exit - entry) sign) (|pos| point_value)` and pays commission.
-/// - Equity = `(realized - fees) + ((mid - entry) sign) (|pos| point_value)`, mid of bar t;
-///   reward = `(equity - equity_before) reward_scale`, or with `dsr_eta > 0` the
-///   differential Sharpe ratio of that return ([`dsr`]).
+/// - Equity = `(realized - fees) + ((mid - entry) sign) (|pos| point_value)`, mid of bar t.
+/// - The step's PnL is `pnl = (realized - fees) - net_before[n]` (two float subtractions in
+///   that order), `realized` and `fees` after the exit, `net_before` the fill step's
+///   ([`Fills::net_before`]): the fill's and the exit's realized PnL net of their fees.
+/// - s' (`next_states` row n) is [`state_gather`]'s row of the portfolio after the step and
+///   before any reset: bar t, the position held after any exit (0 after one), its entry,
+///   `steps + 1`, realized and fees with the exit. For an env that is not done it is the
+///   next step's `state_gather` row, bit for bit.
 /// - The clock advances; a done env resets flat to `Split::start(seed, n, clock)`, its
-///   equity and episode counters to 0 (the Sharpe moments carry over).
-pub fn barriers(cfg: &EnvConfig, m: &EnvMarket, split: Split, st: &mut EnvState) -> Outcome {
+///   equity and episode counters to 0.
+pub fn barriers(cfg: &EnvConfig, m: &EnvMarket, split: Split, st: &mut EnvState, net_before: &[f32]) -> Outcome {
     let n_envs = st.len();
-    let mut out = Outcome { reward: vec![0.0; n_envs], done: vec![0.0; n_envs], reason: vec![0; n_envs] };
-    for n in 0..n_envs {
+    let (f, s_dim) = (m.feature_dim, m.state_dim());
+    let mut out = Outcome {
+        pnl: vec![0.0; n_envs],
+        next_states: Vec::with_capacity(n_envs * s_dim),
+        done: vec![0.0; n_envs],
+        reason: vec![0; n_envs],
+    };
+    for (n, &net0) in net_before[..n_envs].iter().enumerate() {
         let t = st.bar[n] as usize + 1;
         let pos = st.position[n];
         let (s, entry) = (sign(pos), st.entry[n]);
@@ -492,8 +509,10 @@ pub fn barriers(cfg: &EnvConfig, m: &EnvMarket, split: Split, st: &mut EnvState)
         let mid = (m.bid[t] + m.ask[t]) * 0.5;
         let unrealized = if held != 0 { (mid - entry) * s * (held.unsigned_abs() as f32 * cfg.point_value) } else { 0.0 };
         let equity = (st.realized[n] - st.fees[n]) + unrealized;
-        let r = (equity - st.equity[n]) * cfg.reward_scale;
-        out.reward[n] = if cfg.dsr_eta > 0.0 { dsr(cfg.dsr_eta, r, &mut st.dsr_a[n], &mut st.dsr_b[n]) } else { r };
+        out.pnl[n] = (st.realized[n] - st.fees[n]) - net0;
+        let after = Held { position: held, entry, steps, realized: st.realized[n], fees: st.fees[n] };
+        out.next_states.extend_from_slice(&m.features[t * f..(t + 1) * f]);
+        out.next_states.extend_from_slice(&portfolio_row(cfg, m.close[t], &after));
         st.clock[n] += 1;
         if reason != 0 {
             out.done[n] = 1.0;
@@ -515,21 +534,6 @@ pub fn barriers(cfg: &EnvConfig, m: &EnvMarket, split: Split, st: &mut EnvState)
     out
 }
 
-/// The differential Sharpe ratio of return `r` (Moody and Saffell 1998, "Reinforcement
-/// Learning for Trading", eq. 4) with moving moments A, B at rate eta:
-/// `D = (B dA - (A / 2) dB) / (B - A^2)^(3/2)`, `dA = r - A`, `dB = r^2 - B`, then
-/// `A += eta dA`, `B += eta dB`. D is 0 while `B - A^2 <= DSR_MIN_VARIANCE`, and clipped to
-/// `[-DSR_CLIP, DSR_CLIP]`.
-pub fn dsr(eta: f32, r: f32, a: &mut f32, b: &mut f32) -> f32 {
-    let da = r - *a;
-    let db = r * r - *b;
-    let var = *b - *a * *a;
-    let d = if var > DSR_MIN_VARIANCE { (*b * da - *a * 0.5 * db) / (var * var.sqrt()) } else { 0.0 };
-    *a += eta * da;
-    *b += eta * db;
-    d.clamp(-DSR_CLIP, DSR_CLIP)
-}
-
 /// Everything one timestep of the N envs produced (the Q-values are an input: the
 /// Q-forward is the Q-network's stage, checked by its own tolerance).
 #[derive(Clone, Debug, PartialEq)]
@@ -541,7 +545,7 @@ pub struct Step {
 }
 
 /// One timestep after the Q-forward: `q` are the Q-values of `states` (as given by
-/// `q_of(states)`), then action select, fill, barriers.
+/// `q_of(states)`), then action select, fill, barriers (on the fill's `net_before`).
 pub fn env_step(
     cfg: &EnvConfig,
     branches: &[usize],
@@ -555,6 +559,6 @@ pub fn env_step(
     let q = q_of(&states);
     let actions = action_select(cfg.seed, branches, epsilon, &q, st);
     let fills = fill_step(cfg, m, st, &actions);
-    let outcome = barriers(cfg, m, split, st);
+    let outcome = barriers(cfg, m, split, st, &fills.net_before);
     Step { states, actions, fills, outcome }
 }

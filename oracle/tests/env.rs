@@ -1,8 +1,15 @@
-//! The environment's spec on hand-made markets: what a fill, a barrier and a reset do,
-//! checked against values worked out by hand.
+//! The environment's spec on hand-made markets: what a fill, a barrier and a reset do, the
+//! step's PnL and s', checked against values worked out by hand.
 
 use tallyho_oracle::action::*;
 use tallyho_oracle::env::*;
+
+/// `barriers` on a state the fill step did not change: the step's PnL is measured from the
+/// state's own net realized PnL.
+fn barriers_alone(c: &EnvConfig, st: &mut EnvState) -> Outcome {
+    let net: Vec<f32> = st.realized.iter().zip(&st.fees).map(|(r, f)| r - f).collect();
+    barriers(c, &market(), SPLIT, st, &net)
+}
 
 /// Five bars, flat mid 100 (bid 99.75, ask 100.25), high 101, low 99, volatility 0.5.
 fn market() -> EnvMarket {
@@ -96,11 +103,13 @@ fn the_stop_loss_fires_before_the_take_profit_and_exits_at_its_price() {
     st.position = vec![2, -2];
     st.entry = vec![100.0, 100.0];
     // High 101 and low 99 reach both barriers (99.5 and 100.5): the stop-loss wins.
-    let o = barriers(&c, &market(), SPLIT, &mut st);
+    let o = barriers_alone(&c, &mut st);
     assert_eq!(o.reason, vec![STOP_LOSS, STOP_LOSS]);
     assert_eq!(o.done, vec![1.0, 1.0]);
-    // Long: (99.5 - 100) x 2 x 50 - 4 commission = -54, scaled by 0.01 (in float32).
-    assert_eq!(o.reward[0], -54.0f32 * 0.01);
+    // Long: (99.5 - 100) x 2 x 50 - 4 commission = -54; short: (100 - 100.5) x 2 x 50 - 4.
+    assert_eq!(o.pnl, vec![-54.0, -54.0]);
+    // s' is the exited portfolio at bar 2, before the reset: flat, 1 step, -54 / 5000 x 100.
+    assert_eq!(&o.next_states[..6], &[4.0, 5.0, 0.0, 0.0, 0.01, -54.0 / 5000.0 * 100.0]);
     assert_eq!(st.position, vec![0, 0]);
     assert_eq!(st.clock, vec![1, 1]);
     assert!(st.bar.iter().all(|&b| b <= 3), "reset into [lo, hi - 2]");
@@ -112,9 +121,9 @@ fn a_take_profit_fires_when_only_it_is_touched() {
     let mut st = flat(&c);
     st.position[0] = 1;
     st.entry[0] = 100.0;
-    let o = barriers(&c, &market(), SPLIT, &mut st);
+    let o = barriers_alone(&c, &mut st);
     assert_eq!(o.reason[0], TAKE_PROFIT);
-    assert_eq!(o.reward[0], ((100.5 - 100.0) * 50.0 - 2.0) * 0.01);
+    assert_eq!(o.pnl[0], (100.5 - 100.0) * 50.0 - 2.0);
 }
 
 #[test]
@@ -125,36 +134,47 @@ fn the_time_limit_and_the_end_of_data_close_at_the_touch() {
     st.entry = vec![100.0, 100.0];
     st.steps = vec![2, 0];
     st.bar = vec![1, 3];
-    let o = barriers(&c, &market(), SPLIT, &mut st);
+    let o = barriers_alone(&c, &mut st);
     assert_eq!(o.reason, vec![TIME_LIMIT, END_OF_DATA]);
     // Long exits at the bid 99.75, short at the ask 100.25: both lose 12.5 + 2.
-    assert_eq!(o.reward, vec![-0.145, -0.145]);
+    assert_eq!(o.pnl, vec![-14.5, -14.5]);
+    // s' counts the step that ended the episode: 3 of 3 steps, and 1 of 3.
+    assert_eq!((o.next_states[4], o.next_states[10]), (1.0, 1.0 / 3.0));
 }
 
 #[test]
-fn an_open_position_is_marked_at_the_mid_and_the_reward_is_the_equity_change() {
+fn an_open_position_is_marked_at_the_mid_and_realizes_no_pnl_while_held() {
     let c = cfg(1);
     let mut st = flat(&c);
     st.position[0] = 2;
     st.entry[0] = 99.0;
     st.equity[0] = 40.0;
-    let o = barriers(&c, &market(), SPLIT, &mut st);
+    let o = barriers_alone(&c, &mut st);
     assert_eq!(o.done[0], 0.0);
     assert_eq!(st.equity[0], 100.0); // (100 - 99) x 2 x 50
-    assert_eq!(o.reward[0], (100.0f32 - 40.0) * 0.01);
+    assert_eq!(o.pnl[0], 0.0, "nothing realized");
     assert_eq!((st.bar[0], st.steps[0]), (2, 1));
+    assert_eq!(o.next_states, state_gather(&c, &market(), &st), "not done: s' is the next state");
 }
 
 #[test]
-fn the_differential_sharpe_ratio_follows_moody_and_saffell() {
-    let (mut a, mut b) = (0.1f32, 0.05f32);
-    let d = dsr(0.1, 0.3, &mut a, &mut b);
-    let (a0, b0, r) = (0.1f64, 0.05f64, 0.3f64);
-    let want = (b0 * (r - a0) - 0.5 * a0 * (r * r - b0)) / (b0 - a0 * a0).powf(1.5);
-    assert!((f64::from(d) - want).abs() < 1e-5, "{d} vs {want}");
-    assert!((f64::from(a) - (a0 + 0.1 * (r - a0))).abs() < 1e-7);
-    let (mut a, mut b) = (0.0f32, 0.0f32);
-    assert_eq!(dsr(0.1, 1.0, &mut a, &mut b), 0.0, "no variance yet");
+fn the_step_pnl_nets_the_fill_and_the_exit_against_the_state_before_the_fill() {
+    // Long 2 at 99 with 30 realized and 5 fees; sell 3 at the bid 99.75: 2 closed for
+    // (99.75 - 99) x 2 x 50 = 75, short 1 at 99.75, 6 commission; then the short's stop-loss
+    // at 99.75 x 1.005 (bar high 101) exits 1 for (99.75 - 100.24875) x 50, 2 commission.
+    let c = EnvConfig { stop_loss: 0.005, ..cfg(1) };
+    let mut st = flat(&c);
+    (st.position[0], st.entry[0], st.realized[0], st.fees[0]) = (2, 99.0, 30.0, 5.0);
+    let f = fill_step(&c, &market(), &mut st, &[SELL, 2, MARKET]);
+    assert_eq!(f.net_before, vec![25.0]);
+    assert_eq!((st.position[0], st.realized[0], st.fees[0]), (-1, 105.0, 11.0));
+    let stop = 99.75f32 * (1.0 + 0.005f32);
+    // Short: (exit - entry) x sign -1 x (1 x 50), the sign flip exact.
+    let (realized, fees) = (105.0f32 + -(stop - 99.75) * 50.0, 13.0f32);
+    let o = barriers(&c, &market(), SPLIT, &mut st, &f.net_before);
+    assert_eq!(o.reason, vec![STOP_LOSS]);
+    assert_eq!(o.pnl, vec![(realized - fees) - 25.0]);
+    assert_eq!((st.realized[0], st.fees[0], st.position[0]), (0.0, 0.0, 0), "reset after the s' and the PnL");
 }
 
 #[test]

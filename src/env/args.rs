@@ -22,8 +22,6 @@ pub(super) struct EnvParams {
     pub(super) limit_capture: f32,
     pub(super) take_profit: f32,
     pub(super) stop_loss: f32,
-    pub(super) reward_scale: f32,
-    pub(super) dsr_eta: f32,
     pub(super) key0: u32,
     pub(super) key1: u32,
 }
@@ -31,17 +29,17 @@ pub(super) struct EnvParams {
 // SAFETY: plain old data of 4-byte fields, laid out as the kernels' struct (repr(C)).
 unsafe impl cudarc::driver::DeviceRepr for EnvParams {}
 // The size of `struct EnvParams` (cuda/common/env.cuh static_asserts the same).
-const _: () = assert!(std::mem::size_of::<EnvParams>() == 72);
+const _: () = assert!(std::mem::size_of::<EnvParams>() == 64);
 
 /// `struct EnvState` of cuda/common/env.cuh: the device addresses of the state's fields.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub(super) struct StatePtrs(pub(super) [u64; 10]);
+pub(super) struct StatePtrs(pub(super) [u64; 8]);
 
-// SAFETY: ten device addresses, the layout of the kernels' struct of ten pointers.
+// SAFETY: eight device addresses, the layout of the kernels' struct of eight pointers.
 unsafe impl cudarc::driver::DeviceRepr for StatePtrs {}
 // The size of `struct EnvState` (cuda/common/env.cuh static_asserts the same).
-const _: () = assert!(std::mem::size_of::<StatePtrs>() == 80);
+const _: () = assert!(std::mem::size_of::<StatePtrs>() == 64);
 
 /// `struct ActionBranches` of cuda/common/env_steps.cuh.
 #[repr(C)]
@@ -71,15 +69,15 @@ impl ActionBranches {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ActEnv {
-    pub(super) features: u64,
-    pub(super) close: u64,
     pub(super) params: EnvParams,
     pub(super) state: StatePtrs,
     pub(super) branches: ActionBranches,
     pub(super) states: u64,
     pub(super) x: u64,
-    // EnvStepIo
+    // EnvStepIo (cuda/common/env_steps.cuh)
     pub(super) epsilon: u64,
+    pub(super) features: u64,
+    pub(super) close: u64,
     pub(super) bid: u64,
     pub(super) ask: u64,
     pub(super) volatility: u64,
@@ -88,7 +86,9 @@ pub struct ActEnv {
     pub(super) actions: u64,
     pub(super) filled: u64,
     pub(super) fill_price: u64,
-    pub(super) reward: u64,
+    pub(super) net_before: u64,
+    pub(super) pnl: u64,
+    pub(super) next_states: u64,
     pub(super) done: u64,
     pub(super) reason: u64,
 }
@@ -97,7 +97,10 @@ pub struct ActEnv {
 // struct (repr(C): the same fields in the same order, so the same padding).
 unsafe impl cudarc::driver::DeviceRepr for ActEnv {}
 // The size of `struct ActEnv` (cuda/experience_step.cu static_asserts the same).
-const _: () = assert!(std::mem::size_of::<ActEnv>() == 304);
+const _: () = assert!(std::mem::size_of::<ActEnv>() == 296);
+// Where `EnvStepIo` starts and its size (cuda/common/env_steps.cuh static_asserts the size):
+// 16 addresses from `epsilon` on.
+const _: () = assert!(std::mem::offset_of!(ActEnv, epsilon) == 168 && std::mem::size_of::<ActEnv>() - 168 == 128);
 
 impl ActEnv {
     pub fn envs(&self) -> usize {
@@ -124,9 +127,9 @@ impl ActEnv {
     pub fn addresses(&self) -> [u64; 26] {
         let s = self.state.0;
         [
-            self.features, self.close, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], self.states, self.x,
-            self.epsilon, self.bid, self.ask, self.volatility, self.high, self.low, self.actions, self.filled,
-            self.fill_price, self.reward, self.done, self.reason,
+            s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], self.states, self.x, self.epsilon, self.features, self.close,
+            self.bid, self.ask, self.volatility, self.high, self.low, self.actions, self.filled, self.fill_price,
+            self.net_before, self.pnl, self.next_states, self.done, self.reason,
         ]
     }
 }

@@ -55,30 +55,39 @@ impl Env {
             .arg(&self.ptrs)
             .arg(&self.actions)
             .arg(&mut self.filled)
-            .arg(&mut self.fill_price);
+            .arg(&mut self.fill_price)
+            .arg(&mut self.net_before);
         // SAFETY: fill_step(const float* bid, ask, volatility [bars], EnvParams, EnvState,
-        // const int* actions [N x 3], int* filled [N], float* fill_price [N]); bars in range
+        // const int* actions [N x 3], int* filled [N], float* fill_price [N], float*
+        // net_before [N]); bars in range
         // as for state_gather; actions within their branches (action_select or checked
         // uploads: an out-of-range size only changes the clipped quantity).
         unsafe { l.launch(grid_stride(self.cfg.envs)) }?;
         Ok(())
     }
 
-    /// `barriers`: next bar, exits, mark, reward, done, auto-reset.
+    /// `barriers`: next bar, exits, mark, the step's PnL (against `net_before`, the fill
+    /// step's), s', done, auto-reset.
     pub fn barriers(&mut self) -> Result<()> {
         let mut l = self.stream.launch_builder(&self.k.barriers);
-        l.arg(&self.market.bid)
+        l.arg(&self.market.features)
+            .arg(&self.market.close)
+            .arg(&self.market.bid)
             .arg(&self.market.ask)
             .arg(&self.market.high)
             .arg(&self.market.low)
             .arg(&self.params)
             .arg(&self.ptrs)
-            .arg(&mut self.reward)
+            .arg(&self.net_before)
+            .arg(&mut self.pnl)
+            .arg(&mut self.next_states)
             .arg(&mut self.done)
             .arg(&mut self.reason);
-        // SAFETY: barriers(const float* bid, ask, high, low [bars], EnvParams, EnvState,
-        // float* reward [N], float* done [N], int* reason [N]); it reads bar + 1 <= hi - 1
-        // (starts lie in [lo, hi - 2] and an env at hi - 2 is done), inside the market.
+        // SAFETY: barriers(const float* features [bars x F], close, bid, ask, high, low
+        // [bars], EnvParams, EnvState, const float* net_before [N], float* pnl [N], float*
+        // next_states [N x S], float* done [N], int* reason [N]); sizes from new(); it reads
+        // bar + 1 <= hi - 1 (starts lie in [lo, hi - 2] and an env at hi - 2 is done), inside
+        // the market.
         unsafe { l.launch(grid_stride(self.cfg.envs)) }?;
         Ok(())
     }
@@ -97,6 +106,8 @@ impl Env {
         l.input(q)
             .value(&self.branches)
             .input(self.epsilon.value())
+            .input(&m.features)
+            .input(&m.close)
             .input(&m.bid)
             .input(&m.ask)
             .input(&m.volatility)
@@ -107,13 +118,16 @@ impl Env {
             .output(&mut self.actions)
             .output(&mut self.filled)
             .output(&mut self.fill_price)
-            .output(&mut self.reward)
+            .output(&mut self.net_before)
+            .output(&mut self.pnl)
+            .output(&mut self.next_states)
             .output(&mut self.done)
             .output(&mut self.reason);
         // SAFETY: env_step(const float* q [N x A], ActionBranches, const float* epsilon [1],
-        // const float* bid, ask, volatility, high, low [bars], EnvParams, EnvState, int*
-        // actions [N x 3], int* filled [N], float* fill_price [N], float* reward [N], float*
-        // done [N], int* reason [N]): q's length checked above, the rest as for
+        // const float* features [bars x F], close, bid, ask, volatility, high, low [bars],
+        // EnvParams, EnvState, int* actions [N x 3], int* filled [N], float* fill_price [N],
+        // float* net_before [N], float* pnl [N], float* next_states [N x S], float* done [N],
+        // int* reason [N]): q's length checked above, the rest as for
         // action_select, fill_step and barriers, whose bodies it runs; it calls
         // grid_wait_for_prior before anything else.
         unsafe { l.launch(grid_stride(self.cfg.envs)) }

@@ -54,8 +54,6 @@ struct DeviceState {
     realized: CudaSlice<f32>,
     fees: CudaSlice<f32>,
     equity: CudaSlice<f32>,
-    dsr_a: CudaSlice<f32>,
-    dsr_b: CudaSlice<f32>,
 }
 
 struct Kernels {
@@ -89,7 +87,14 @@ pub struct Env {
     pub actions: CudaSlice<i32>,
     pub filled: CudaSlice<i32>,
     pub fill_price: CudaSlice<f32>,
-    pub reward: CudaSlice<f32>,
+    /// `[N]`: each env's `realized - fees` before its fill (the fill step's; the step's PnL
+    /// is measured from it).
+    pub net_before: CudaSlice<f32>,
+    /// `[N]`: the step's net realized PnL (the fill and any barrier exit, before the reset),
+    /// the reward pipeline's input.
+    pub pnl: CudaSlice<f32>,
+    /// `[N x S]`: s', each env's state after the step and before the auto-reset.
+    pub next_states: CudaSlice<f32>,
     pub done: CudaSlice<f32>,
     pub reason: CudaSlice<i32>,
 }
@@ -142,8 +147,6 @@ impl Env {
             limit_capture: cfg.limit_capture,
             take_profit: cfg.take_profit,
             stop_loss: cfg.stop_loss,
-            reward_scale: cfg.reward_scale,
-            dsr_eta: cfg.dsr_eta,
             key0,
             key1,
         };
@@ -170,8 +173,6 @@ impl Env {
             realized: s.alloc_zeros(e)?,
             fees: s.alloc_zeros(e)?,
             equity: s.alloc_zeros(e)?,
-            dsr_a: s.alloc_zeros(e)?,
-            dsr_b: s.alloc_zeros(e)?,
         };
         let ptrs = state_ptrs(s, &st);
         let mut env = Env {
@@ -191,7 +192,9 @@ impl Env {
             actions: s.alloc_zeros(e * BRANCH_COUNT)?,
             filled: s.alloc_zeros(e)?,
             fill_price: s.alloc_zeros(e)?,
-            reward: s.alloc_zeros(e)?,
+            net_before: s.alloc_zeros(e)?,
+            pnl: s.alloc_zeros(e)?,
+            next_states: s.alloc_zeros(e * sd)?,
             done: s.alloc_zeros(e)?,
             reason: s.alloc_zeros(e)?,
         };
@@ -219,19 +222,25 @@ impl Env {
         self.epsilon.set_constant(epsilon)
     }
 
+    /// `[N]`: each env's position after its last step (a done env's is 0, as after an exit):
+    /// with [`Env::pnl`], the reward pipeline's input.
+    pub fn position(&self) -> &CudaSlice<i32> {
+        &self.st.position
+    }
+
     /// The env as the experience step in one launch takes it (its addresses and constants).
     pub fn act_env(&self) -> ActEnv {
         let s = &self.stream;
         let (m, p) = (&self.market, |b: &CudaSlice<f32>| b.device_ptr(s).0);
         ActEnv {
-            features: p(&m.features),
-            close: p(&m.close),
             params: self.params,
             state: self.ptrs,
             branches: self.branches,
             states: p(&self.states),
             x: p(&self.x),
             epsilon: p(self.epsilon.value()),
+            features: p(&m.features),
+            close: p(&m.close),
             bid: p(&m.bid),
             ask: p(&m.ask),
             volatility: p(&m.volatility),
@@ -240,7 +249,9 @@ impl Env {
             actions: self.actions.device_ptr(s).0,
             filled: self.filled.device_ptr(s).0,
             fill_price: p(&self.fill_price),
-            reward: p(&self.reward),
+            net_before: p(&self.net_before),
+            pnl: p(&self.pnl),
+            next_states: p(&self.next_states),
             done: p(&self.done),
             reason: self.reason.device_ptr(s).0,
         }
@@ -257,7 +268,5 @@ fn state_ptrs(s: &Arc<CudaStream>, d: &DeviceState) -> StatePtrs {
         d.realized.device_ptr(s).0,
         d.fees.device_ptr(s).0,
         d.equity.device_ptr(s).0,
-        d.dsr_a.device_ptr(s).0,
-        d.dsr_b.device_ptr(s).0,
     ])
 }

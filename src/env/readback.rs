@@ -27,8 +27,6 @@ impl Env {
         s.memcpy_htod(&st.realized, &mut d.realized)?;
         s.memcpy_htod(&st.fees, &mut d.fees)?;
         s.memcpy_htod(&st.equity, &mut d.equity)?;
-        s.memcpy_htod(&st.dsr_a, &mut d.dsr_a)?;
-        s.memcpy_htod(&st.dsr_b, &mut d.dsr_b)?;
         Ok(())
     }
 
@@ -43,8 +41,6 @@ impl Env {
             realized: s.clone_dtoh(&d.realized)?,
             fees: s.clone_dtoh(&d.fees)?,
             equity: s.clone_dtoh(&d.equity)?,
-            dsr_a: s.clone_dtoh(&d.dsr_a)?,
-            dsr_b: s.clone_dtoh(&d.dsr_b)?,
         })
     }
 
@@ -54,6 +50,15 @@ impl Env {
             return Err(Error::Shape(format!("{} actions for {} envs x 3 branches", actions.len(), self.cfg.envs)));
         }
         Ok(self.stream.memcpy_htod(actions, &mut self.actions)?)
+    }
+
+    /// Upload each env's net realized PnL before its fill `[N]` (tests, fixtures: `barriers`
+    /// alone measures the step's PnL from it).
+    pub fn upload_net_before(&mut self, net_before: &[f32]) -> Result<()> {
+        if net_before.len() != self.cfg.envs {
+            return Err(Error::Shape(format!("{} net_before values for {} envs: give one per env", net_before.len(), self.cfg.envs)));
+        }
+        Ok(self.stream.memcpy_htod(net_before, &mut self.net_before)?)
     }
 
     pub fn read_states(&self) -> Result<Vec<f32>> {
@@ -69,14 +74,17 @@ impl Env {
     }
 
     pub fn read_fills(&self) -> Result<Fills> {
-        Ok(Fills { filled: self.stream.clone_dtoh(&self.filled)?, price: self.stream.clone_dtoh(&self.fill_price)? })
+        let s = &self.stream;
+        Ok(Fills { filled: s.clone_dtoh(&self.filled)?, price: s.clone_dtoh(&self.fill_price)?, net_before: s.clone_dtoh(&self.net_before)? })
     }
 
     pub fn read_outcome(&self) -> Result<Outcome> {
+        let s = &self.stream;
         Ok(Outcome {
-            reward: self.stream.clone_dtoh(&self.reward)?,
-            done: self.stream.clone_dtoh(&self.done)?,
-            reason: self.stream.clone_dtoh(&self.reason)?,
+            pnl: s.clone_dtoh(&self.pnl)?,
+            next_states: s.clone_dtoh(&self.next_states)?,
+            done: s.clone_dtoh(&self.done)?,
+            reason: s.clone_dtoh(&self.reason)?,
         })
     }
 
@@ -87,7 +95,9 @@ impl Env {
         nan(&mut self.states)?;
         nan(&mut self.x)?;
         nan(&mut self.fill_price)?;
-        nan(&mut self.reward)?;
+        nan(&mut self.net_before)?;
+        nan(&mut self.pnl)?;
+        nan(&mut self.next_states)?;
         nan(&mut self.done)?;
         let bad = |b: &mut CudaSlice<i32>| -> Result<()> { Ok(s.memcpy_htod(&vec![-7; b.len()], b)?) };
         bad(&mut self.actions)?;

@@ -21,8 +21,6 @@ pub struct EnvCase {
     pub envs: usize,
     pub bars: usize,
     pub feature_dim: usize,
-    /// Differential Sharpe ratio reward on (eta 0.05) or off.
-    pub dsr: bool,
     pub seed: u64,
 }
 
@@ -33,7 +31,6 @@ impl EnvCase {
             envs: rng.gen_range(1..=1100),
             bars: rng.gen_range(3..=600),
             feature_dim: rng.gen_range(1..=12),
-            dsr: rng.gen_bool(0.5),
             seed: rng.gen(),
         }
     }
@@ -46,7 +43,6 @@ impl EnvCase {
             take_profit: 0.0015,
             stop_loss: 0.001,
             max_steps: 12,
-            dsr_eta: if self.dsr { 0.05 } else { 0.0 },
             seed: self.seed,
             ..EnvConfig::default()
         }
@@ -88,7 +84,7 @@ pub fn random_market(rng: &mut impl Rng, bars: usize, feature_dim: usize) -> Env
 }
 
 /// A random portfolio per env: bar in the start range, part of an episode gone, positions
-/// of both signs (a third flat) entered near the bar's mid, PnL and moments of both signs.
+/// of both signs (a third flat) entered near the bar's mid, PnL of both signs.
 pub fn random_env_state(rng: &mut impl Rng, cfg: &EnvConfig, m: &EnvMarket, split: Split) -> EnvState {
     let mut st = EnvState::new(cfg, split);
     for n in 0..st.len() {
@@ -103,10 +99,20 @@ pub fn random_env_state(rng: &mut impl Rng, cfg: &EnvConfig, m: &EnvMarket, spli
         st.realized[n] = rng.gen_range(-2000.0..2000.0);
         st.fees[n] = rng.gen_range(0.0..100.0);
         st.equity[n] = rng.gen_range(-2000.0..2000.0);
-        st.dsr_a[n] = rng.gen_range(-0.5..0.5);
-        st.dsr_b[n] = st.dsr_a[n] * st.dsr_a[n] + rng.gen_range(0.0..0.5);
     }
     st
+}
+
+/// A net realized PnL before the fill per env for `barriers` alone: the state's own
+/// `realized - fees` (no fill) for a third of the envs, elsewhere that moved by a fill's
+/// PnL net of its fee.
+pub fn random_net_before(rng: &mut impl Rng, st: &EnvState) -> Vec<f32> {
+    (0..st.len())
+        .map(|n| {
+            let net = st.realized[n] - st.fees[n];
+            if rng.gen_bool(0.33) { net } else { net - rng.gen_range(-300.0f32..300.0) }
+        })
+        .collect()
 }
 
 /// Random actions `[N x 3]` within their branches.
@@ -148,8 +154,6 @@ pub fn compare_env_states(got: &EnvState, want: &EnvState) -> Vec<Comparison> {
         compare_bitwise("realized", &got.realized, &want.realized),
         compare_bitwise("fees", &got.fees, &want.fees),
         compare_bitwise("equity", &got.equity, &want.equity),
-        compare_bitwise("dsr_a", &got.dsr_a, &want.dsr_a),
-        compare_bitwise("dsr_b", &got.dsr_b, &want.dsr_b),
     ]
 }
 
@@ -184,15 +188,22 @@ pub fn check_action_select(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>>
     Ok(out)
 }
 
-/// A step's fills, `got` against `want`: which envs filled exactly, the prices bitwise.
-pub(crate) fn compare_fills(got: &Fills, want: &Fills) -> [Comparison; 2] {
-    [compare_exact("filled", &got.filled, &want.filled), compare_bitwise("fill_price", &got.price, &want.price)]
+/// A step's fills, `got` against `want`: which envs filled exactly, the prices and the net
+/// PnL before the fill bitwise.
+pub(crate) fn compare_fills(got: &Fills, want: &Fills) -> [Comparison; 3] {
+    [
+        compare_exact("filled", &got.filled, &want.filled),
+        compare_bitwise("fill_price", &got.price, &want.price),
+        compare_bitwise("net_before", &got.net_before, &want.net_before),
+    ]
 }
 
-/// A step's outcome, `got` against `want`: rewards and dones bitwise, done reasons exactly.
-pub(crate) fn compare_outcome(got: &Outcome, want: &Outcome) -> [Comparison; 3] {
+/// A step's outcome, `got` against `want`: the step's PnL, s' and dones bitwise, done
+/// reasons exactly.
+pub(crate) fn compare_outcome(got: &Outcome, want: &Outcome) -> [Comparison; 4] {
     [
-        compare_bitwise("reward", &got.reward, &want.reward),
+        compare_bitwise("pnl", &got.pnl, &want.pnl),
+        compare_bitwise("next_states", &got.next_states, &want.next_states),
         compare_bitwise("done", &got.done, &want.done),
         compare_exact("reason", &got.reason, &want.reason),
     ]
@@ -211,20 +222,23 @@ pub fn check_fill_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     Ok(out)
 }
 
-/// `barriers`: rewards, dones, reasons and the portfolios (resets included), bitwise.
+/// `barriers` on random net PnLs before the fill: the step's PnL, s', dones, reasons and
+/// the portfolios (resets included), bitwise.
 pub fn check_barriers(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     let mut s = EnvSetup::new(gpu, case)?;
+    let net_before = random_net_before(&mut s.rng, &s.state);
+    s.env.upload_net_before(&net_before)?;
     s.env.barriers()?;
     let mut want = s.state.clone();
-    let o = spec::barriers(&s.cfg, &s.market, s.split, &mut want);
+    let o = spec::barriers(&s.cfg, &s.market, s.split, &mut want, &net_before);
     let mut out = compare_outcome(&s.env.read_outcome()?, &o).to_vec();
     out.extend(compare_env_states(&s.env.download_state()?, &want));
     Ok(out)
 }
 
 /// `env_step` (action select, fill and barriers in one launch) on random Q-values against
-/// the oracle's three steps in a row: actions, fills, rewards, dones, reasons and the
-/// portfolios, bitwise.
+/// the oracle's three steps in a row: actions, fills, the step's PnL, s', dones, reasons and
+/// the portfolios, bitwise.
 pub fn check_env_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     let mut s = EnvSetup::new(gpu, case)?;
     let width: usize = BRANCHES.iter().sum();
@@ -236,7 +250,7 @@ pub fn check_env_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     let mut want = s.state.clone();
     let actions = spec::action_select(case.seed, &BRANCHES, eps, &q, &want);
     let fills = spec::fill_step(&s.cfg, &s.market, &mut want, &actions);
-    let o = spec::barriers(&s.cfg, &s.market, s.split, &mut want);
+    let o = spec::barriers(&s.cfg, &s.market, s.split, &mut want, &fills.net_before);
     let mut out = vec![compare_exact("actions", &s.env.read_actions()?, &actions)];
     out.extend(compare_fills(&s.env.read_fills()?, &fills));
     out.extend(compare_outcome(&s.env.read_outcome()?, &o));
@@ -259,7 +273,7 @@ pub fn acting_config(market: &EnvMarket, seed: u64) -> tallyho_oracle::qnet::QNe
 /// from the same start. The oracle takes the GPU's Q-values as its action-select input (an
 /// argmax of near-tied float values is not stable under the GEMMs' summation order, so the
 /// forward is compared on its own every `q_every` steps, `parity::qnet::acting_comparisons`);
-/// everything else, states, actions, fills, rewards, dones and portfolios, bitwise at
+/// everything else, states, actions, fills, step PnLs, s', dones and portfolios, bitwise at
 /// every step. Also returns what happened, counted on the oracle's side (so that a test can
 /// assert that the trajectory traded).
 pub fn check_experience(
@@ -349,7 +363,8 @@ pub fn check_experience_graph(
         let mut c = vec![
             compare_exact("actions", &graph.read_actions()?, &eager.read_actions()?),
             compare_bitwise("q", &net.read_acting(&a_graph)?, &net.read_acting(&a_eager)?),
-            compare_bitwise("reward", &gg.reward, &ge.reward),
+            compare_bitwise("pnl", &gg.pnl, &ge.pnl),
+            compare_bitwise("next_states", &gg.next_states, &ge.next_states),
             compare_bitwise("done", &gg.done, &ge.done),
         ];
         c.extend(compare_env_states(&graph.download_state()?, &eager.download_state()?));
@@ -361,7 +376,7 @@ pub fn check_experience_graph(
 /// The experience step in one launch (`experience_step`) against the three unfused launches
 /// (`state_gather`, `qnet_act`, `env_step`) on a twin Env, `steps` times, both eager, the
 /// forward by qnet_act with `block_rows` rows a block: states, x, Q-values and head outputs,
-/// actions, fills, rewards, dones and portfolios bitwise equal at every step.
+/// actions, fills, step PnLs, s', dones and portfolios bitwise equal at every step.
 pub fn check_experience_fused(
     gpu: &Gpu,
     cfg: &EnvConfig,
