@@ -1,7 +1,7 @@
 // reward_fused: every stage of cuda/reward_stages.cu in ONE launch, for any N.
-// Each thread runs the per-env stages (PnL delta, shaping, snapshot, |r|, duration,
-// outcome EMA, scaling: the scale is read before the controllers change it, as in the
-// unfused stages) for its envs in index order and accumulates the six sums of the two reductions
+// Each thread runs the per-env stages (step PnL and close test, shaping, snapshot, |r|,
+// duration, outcome EMA, scaling or its differential Sharpe ratio: the scale is read before
+// the controllers change it, as in the unfused stages) for its envs in index order and accumulates the six sums of the two reductions
 // (dones, durations, |pnl|, outcomes; sum r, sum r^2) in double. Each block reduces them
 // with block_sum and writes its partials; the LAST block to finish (a ticket counter,
 // after a memory fence) sums all blocks' partials the same way, in an order that does not depend
@@ -14,10 +14,11 @@
 
 #define SUMS 6
 
-extern "C" __global__ void reward_fused(const float* __restrict__ realized, const int* __restrict__ position,
-                                        const RewardParams p, float* __restrict__ prev_realized,
-                                        int* __restrict__ prev_position, unsigned int* __restrict__ steps_since_done,
-                                        float* __restrict__ outcome_ema, float* __restrict__ global,
+extern "C" __global__ void reward_fused(const float* __restrict__ pnl_in, const int* __restrict__ position,
+                                        const RewardParams p, int* __restrict__ prev_position,
+                                        unsigned int* __restrict__ steps_since_done, float* __restrict__ outcome_ema,
+                                        float* __restrict__ dsr_a, float* __restrict__ dsr_b,
+                                        float* __restrict__ global,
                                         double* __restrict__ partial, unsigned int* __restrict__ ticket,
                                         float* __restrict__ pnl_out, float* __restrict__ done_out,
                                         float* __restrict__ raw_out, float* __restrict__ abs_out,
@@ -29,10 +30,9 @@ extern "C" __global__ void reward_fused(const float* __restrict__ realized, cons
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < p.envs;
          i += (unsigned long long)gridDim.x * blockDim.x) {
         // reward_pnl_delta
-        const float pnl = __fsub_rn(realized[i], prev_realized[i]);
+        const float pnl = pnl_in[i];
         const int before = prev_position[i], now = position[i];
         const bool done = before != 0 && (now == 0 || (now > 0) != (before > 0));
-        prev_realized[i] = realized[i];
         // reward_shaping
         float r = pnl;
         if (before == 0 && now != 0) r = __fsub_rn(r, p.entry_cost);
@@ -55,7 +55,7 @@ extern "C" __global__ void reward_fused(const float* __restrict__ realized, cons
             outcome_ema[i] = __fadd_rn(o, __fmul_rn(p.outcome_rate, __fsub_rn(sign_f(pnl), o)));
         }
         // reward_scale, reward_dispersion's sums
-        const float fin = __fmul_rn(r, scale);
+        const float fin = scaled_reward(r, scale, p, dsr_a + i, dsr_b + i);
         reward_out[i] = fin;
         acc[4] += (double)fin;
         acc[5] += (double)fin * (double)fin;

@@ -14,18 +14,18 @@
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (n); \
          i += (unsigned long long)gridDim.x * blockDim.x)
 
-extern "C" __global__ void reward_pnl_delta(const float* __restrict__ realized, const int* __restrict__ position,
-                                            const RewardParams p, float* __restrict__ prev_realized,
-                                            const int* __restrict__ prev_position, float* __restrict__ pnl,
-                                            float* __restrict__ done, float* __restrict__ reward) {
+// Stage 1: the env's step PnL (pnl_in) and the trade-closed test on the positions.
+extern "C" __global__ void reward_pnl_delta(const float* __restrict__ pnl_in, const int* __restrict__ position,
+                                            const RewardParams p, const int* __restrict__ prev_position,
+                                            float* __restrict__ pnl, float* __restrict__ done,
+                                            float* __restrict__ reward) {
     FOR_EACH_ENV(i, p.envs) {
-        const float d = __fsub_rn(realized[i], prev_realized[i]);
+        const float d = pnl_in[i];
         const int before = prev_position[i], now = position[i];
         const bool closed = before != 0 && (now == 0 || (now > 0) != (before > 0));
         pnl[i] = d;
         done[i] = closed ? 1.0f : 0.0f;
         reward[i] = d;
-        prev_realized[i] = realized[i];
     }
 }
 
@@ -110,10 +110,12 @@ extern "C" __global__ void reward_outcome(const float* __restrict__ done, const 
     }
 }
 
+// Stage 8: raw x scale, or its differential Sharpe ratio on the env's moments (dsr_eta > 0).
 extern "C" __global__ void reward_scale(const float* __restrict__ raw, const RewardParams p,
-                                        const float* __restrict__ global, float* __restrict__ reward) {
+                                        const float* __restrict__ global, float* __restrict__ dsr_a,
+                                        float* __restrict__ dsr_b, float* __restrict__ reward) {
     const float scale = global[G_SCALE];
-    FOR_EACH_ENV(i, p.envs) reward[i] = __fmul_rn(raw[i], scale);
+    FOR_EACH_ENV(i, p.envs) reward[i] = scaled_reward(raw[i], scale, p, dsr_a + i, dsr_b + i);
 }
 
 // Stage 9 (ONE thread): the scale and hold controllers, at a step with a done.

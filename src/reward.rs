@@ -1,4 +1,5 @@
-//! The reward pipeline on the device, by two paths over the same state and outputs: the
+//! The reward pipeline on the device, the one definition of the transition's reward from
+//! the env step's PnL and positions, by two paths over the same state and outputs: the
 //! unfused stages of cuda/reward_stages.cu, one launch per [`Stage`] in `Stage::ALL` order
 //! (spec: reward::reward_stage), and the fused kernel of cuda/reward_fused.cu, one launch
 //! for the whole step (spec: reward::reward_step). Either runs eagerly or through its own
@@ -44,6 +45,7 @@ struct RewardParams {
     hold_gain: f32,
     hold_bonus_max: f32,
     dispersion_floor: f32,
+    dsr_eta: f32,
     min_hold: u32,
     envs: u32,
 }
@@ -51,7 +53,7 @@ struct RewardParams {
 // SAFETY: plain old data of 4-byte fields, laid out as the kernels' struct (repr(C)).
 unsafe impl cudarc::driver::DeviceRepr for RewardParams {}
 // The size of `struct RewardParams` (cuda/common/reward.cuh static_asserts the same).
-const _: () = assert!(std::mem::size_of::<RewardParams>() == 56);
+const _: () = assert!(std::mem::size_of::<RewardParams>() == 60);
 
 struct Kernels {
     pnl_delta: CudaFunction,
@@ -77,10 +79,11 @@ pub struct RewardPipeline {
     k: Kernels,
     p: RewardParams,
     blocks: u32,
-    prev_realized: CudaSlice<f32>,
     prev_position: CudaSlice<i32>,
     steps_since_done: CudaSlice<u32>,
     outcome_ema: CudaSlice<f32>,
+    dsr_a: CudaSlice<f32>,
+    dsr_b: CudaSlice<f32>,
     /// The 8 floats of `RewardGlobal`.
     pub global: CudaSlice<f32>,
     partial: CudaSlice<f64>,
@@ -134,6 +137,7 @@ impl RewardPipeline {
             hold_gain: cfg.hold_gain,
             hold_bonus_max: cfg.hold_bonus_max,
             dispersion_floor: cfg.dispersion_floor,
+            dsr_eta: cfg.dsr_eta,
             min_hold: cfg.min_hold,
             envs: envs as u32,
         };
@@ -145,10 +149,11 @@ impl RewardPipeline {
             k,
             p,
             blocks: blocks as u32,
-            prev_realized: s.alloc_zeros(envs)?,
             prev_position: s.alloc_zeros(envs)?,
             steps_since_done: s.alloc_zeros(envs)?,
             outcome_ema: s.alloc_zeros(envs)?,
+            dsr_a: s.alloc_zeros(envs)?,
+            dsr_b: s.alloc_zeros(envs)?,
             global: s.clone_htod(&RewardGlobal::new(cfg).to_words())?,
             partial: s.alloc_zeros(4 * blocks)?,
             fused_partial: s.alloc_zeros(6 * blocks)?,
@@ -165,15 +170,21 @@ impl RewardPipeline {
         })
     }
 
+    /// Overwrite the per-env and global state (tests, fixtures).
     pub fn upload_state(&mut self, envs: &RewardEnvs, global: &RewardGlobal) -> Result<()> {
-        if envs.len() != self.envs {
-            return Err(Error::Shape(format!("reward state of {} envs for a pipeline of {}: upload a state of that many envs", envs.len(), self.envs)));
+        let lens = envs.field_lens();
+        if lens.iter().any(|&l| l != self.envs) {
+            return Err(Error::Shape(format!(
+                "reward state with field lengths {lens:?} for a pipeline of {} envs: upload a state of that many envs",
+                self.envs
+            )));
         }
         let s = &self.stream;
-        s.memcpy_htod(&envs.prev_realized, &mut self.prev_realized)?;
         s.memcpy_htod(&envs.prev_position, &mut self.prev_position)?;
         s.memcpy_htod(&envs.steps_since_done, &mut self.steps_since_done)?;
         s.memcpy_htod(&envs.outcome_ema, &mut self.outcome_ema)?;
+        s.memcpy_htod(&envs.dsr_a, &mut self.dsr_a)?;
+        s.memcpy_htod(&envs.dsr_b, &mut self.dsr_b)?;
         s.memcpy_htod(&global.to_words(), &mut self.global)?;
         Ok(())
     }
@@ -184,10 +195,11 @@ impl RewardPipeline {
         let words: [f32; 8] = w.as_slice().try_into().map_err(|_| Error::Shape("reward global is not 8 floats".into()))?;
         Ok((
             RewardEnvs {
-                prev_realized: s.clone_dtoh(&self.prev_realized)?,
                 prev_position: s.clone_dtoh(&self.prev_position)?,
                 steps_since_done: s.clone_dtoh(&self.steps_since_done)?,
                 outcome_ema: s.clone_dtoh(&self.outcome_ema)?,
+                dsr_a: s.clone_dtoh(&self.dsr_a)?,
+                dsr_b: s.clone_dtoh(&self.dsr_b)?,
             },
             RewardGlobal::of_words(&words),
         ))
@@ -224,11 +236,11 @@ impl RewardPipeline {
         })
     }
 
-    fn check_inputs(&self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
-        if realized.len() != self.envs || position.len() != self.envs {
+    fn check_inputs(&self, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        if pnl.len() != self.envs || position.len() != self.envs {
             return Err(Error::Shape(format!(
-                "reward inputs of {} realized and {} positions for {} envs: give one of each per env",
-                realized.len(),
+                "reward inputs of {} step PnLs and {} positions for {} envs: give one of each per env (Env::pnl, Env::position)",
+                pnl.len(),
                 position.len(),
                 self.envs
             )));
@@ -242,31 +254,33 @@ impl RewardPipeline {
         &mut self.work
     }
 
-    /// One reward step on `realized` and `position` (N each) by `path`, eagerly.
-    pub fn step(&mut self, path: RewardPath, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
-        self.check_inputs(realized, position)?;
+    /// One reward step by `path`, eagerly, on the env step's outputs: `pnl`, each env's net
+    /// realized PnL of the step (the env's `pnl` buffer), and `position`, its position after
+    /// the step (the env's `position()`), N each.
+    pub fn step(&mut self, path: RewardPath, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        self.check_inputs(pnl, position)?;
         match path {
-            RewardPath::Unfused => Stage::ALL.into_iter().try_for_each(|stage| self.launch_stage(stage, realized, position)),
-            RewardPath::Fused => self.launch_fused(realized, position),
+            RewardPath::Unfused => Stage::ALL.into_iter().try_for_each(|stage| self.launch_stage(stage, pnl, position)),
+            RewardPath::Fused => self.launch_fused(pnl, position),
         }
     }
 
     /// [`RewardPipeline::step`] through the path's graph slot: eager once, then captured,
     /// then replayed. The inputs must stay the same buffers (their contents may change).
-    pub fn step_graphed(&mut self, path: RewardPath, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
-        self.check_inputs(realized, position)?;
+    pub fn step_graphed(&mut self, path: RewardPath, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        self.check_inputs(pnl, position)?;
         let stream = self.stream.clone();
         let a = |x: &CudaSlice<f32>| address(&stream, x);
         // The inputs, and the outputs that are public fields (so replaceable).
         #[rustfmt::skip]
-        let words = [a(realized), address(&stream, position), a(&self.global), a(&self.pnl), a(&self.done), a(&self.raw),
+        let words = [a(pnl), address(&stream, position), a(&self.global), a(&self.pnl), a(&self.done), a(&self.raw),
             a(&self.abs), address(&stream, &self.duration), a(&self.reward)];
         let binding = Binding::of(&words);
         let slot: fn(&mut Self) -> &mut GraphSlot = match path {
             RewardPath::Unfused => |r| &mut r.unfused_graph,
             RewardPath::Fused => |r| &mut r.fused_graph,
         };
-        GraphSlot::run_on(self, slot, &stream, binding, |r| r.step(path, realized, position))
+        GraphSlot::run_on(self, slot, &stream, binding, |r| r.step(path, pnl, position))
     }
 
     pub fn graph_phase(&self, path: RewardPath) -> Phase {
@@ -285,23 +299,24 @@ impl RewardPipeline {
     }
 
     /// One unfused stage alone, on the state and step buffers as they are.
-    pub fn stage(&mut self, stage: Stage, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
-        self.check_inputs(realized, position)?;
-        self.launch_stage(stage, realized, position)
+    pub fn stage(&mut self, stage: Stage, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+        self.check_inputs(pnl, position)?;
+        self.launch_stage(stage, pnl, position)
     }
 
     /// The fused kernel: the same state, outputs and results as the unfused stages from ONE
     /// launch.
-    fn launch_fused(&mut self, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+    fn launch_fused(&mut self, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         let cfg = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut l = self.stream.launch_builder(&self.k.fused);
-        l.arg(realized)
+        l.arg(pnl)
             .arg(position)
             .arg(&self.p)
-            .arg(&mut self.prev_realized)
             .arg(&mut self.prev_position)
             .arg(&mut self.steps_since_done)
             .arg(&mut self.outcome_ema)
+            .arg(&mut self.dsr_a)
+            .arg(&mut self.dsr_b)
             .arg(&mut self.global)
             .arg(&mut self.fused_partial)
             .arg(&mut self.ticket)
@@ -320,7 +335,7 @@ impl RewardPipeline {
 
     /// The kernel (or, for the two reductions, the partial and the finalize kernels) of
     /// one stage.
-    fn launch_stage(&mut self, stage: Stage, realized: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+    fn launch_stage(&mut self, stage: Stage, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
         let (s, p, k) = (&self.stream, &self.p, &self.k);
         let each = grid_stride(self.envs);
         let reduce = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
@@ -335,7 +350,7 @@ impl RewardPipeline {
             match stage {
                 Stage::PnlDelta => {
                     let mut l = s.launch_builder(&k.pnl_delta);
-                    l.arg(realized).arg(position).arg(p).arg(&mut self.prev_realized).arg(&self.prev_position);
+                    l.arg(pnl).arg(position).arg(p).arg(&self.prev_position);
                     l.arg(&mut self.pnl).arg(&mut self.done).arg(&mut self.work).launch(each)?;
                 }
                 Stage::Shaping => {
@@ -365,7 +380,8 @@ impl RewardPipeline {
                 }
                 Stage::Scale => {
                     let mut l = s.launch_builder(&k.scale);
-                    l.arg(&self.raw).arg(p).arg(&self.global).arg(&mut self.reward).launch(each)?;
+                    l.arg(&self.raw).arg(p).arg(&self.global).arg(&mut self.dsr_a).arg(&mut self.dsr_b);
+                    l.arg(&mut self.reward).launch(each)?;
                 }
                 Stage::Controllers => {
                     s.launch_builder(&k.controllers).arg(p).arg(&mut self.global).launch(one_thread)?;

@@ -139,23 +139,23 @@ mod gpu {
         nested_buf.upload_state(&st).unwrap();
         let (mut eager_rw, mut nested_rw) = (RewardPipeline::new(&gpu, &cfg, n).unwrap(), RewardPipeline::new(&gpu, &cfg, n).unwrap());
         let mut trades = Trades::new(n, Mix::Mixed, 26);
-        let mut realized = gpu.stream.clone_htod(&trades.realized).unwrap();
+        let mut pnl = gpu.stream.clone_htod(&trades.pnl).unwrap();
         let mut position = gpu.stream.clone_htod(&trades.position).unwrap();
         // The whole step: two stages' graphed paths inside one enclosing slot.
         let mut outer = GraphSlot::new("whole step");
-        let binding = Binding::of(&[address(&gpu.stream, &td), address(&gpu.stream, &realized), address(&gpu.stream, &position)]);
+        let binding = Binding::of(&[address(&gpu.stream, &td), address(&gpu.stream, &pnl), address(&gpu.stream, &position)]);
         for step in 0..8 {
             trades.advance();
-            gpu.stream.memcpy_htod(&trades.realized, &mut realized).unwrap();
+            gpu.stream.memcpy_htod(&trades.pnl, &mut pnl).unwrap();
             gpu.stream.memcpy_htod(&trades.position, &mut position).unwrap();
             eager_buf.sample().unwrap();
             eager_buf.gather().unwrap();
             eager_buf.update_priorities(&td).unwrap();
-            eager_rw.step(RewardPath::Fused, &realized, &position).unwrap();
+            eager_rw.step(RewardPath::Fused, &pnl, &position).unwrap();
             outer
                 .run(&gpu.stream, binding, || {
                     nested_buf.sample_gather_update(&td)?;
-                    nested_rw.step_graphed(RewardPath::Fused, &realized, &position)
+                    nested_rw.step_graphed(RewardPath::Fused, &pnl, &position)
                 })
                 .unwrap();
             let (ei, ew) = eager_buf.read_sample().unwrap();

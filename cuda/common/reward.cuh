@@ -15,18 +15,42 @@
 #define G_DONES 6
 #define G_UPDATES 7
 
+#define REWARD_DSR_CLIP 10.0f
+#define REWARD_DSR_MIN_VARIANCE 1e-12f
+
 // The pipeline's constants (oracle RewardConfig), a kernel argument built by the host.
 struct RewardParams {
     float entry_cost, min_hold_penalty, ema_rate, outcome_rate, target_abs_reward, scale_gain, scale_min,
-        scale_max, target_duration, hold_gain, hold_bonus_max, dispersion_floor;
+        scale_max, target_duration, hold_gain, hold_bonus_max, dispersion_floor, dsr_eta;
     unsigned int min_hold, envs;
 };
-static_assert(sizeof(RewardParams) == 56, "RewardParams is mirrored field for field by src/reward.rs");
+static_assert(sizeof(RewardParams) == 60, "RewardParams is mirrored field for field by src/reward.rs");
 
 __device__ __forceinline__ float sign_f(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 
 // Rust's f32::clamp: NaN stays NaN.
 __device__ __forceinline__ float clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+// The differential Sharpe ratio of return r on moments *a_io, *b_io at rate eta, which it
+// moves (Moody and Saffell 1998; oracle reward::dsr, in its order).
+__device__ __forceinline__ float dsr(float eta, float r, float* a_io, float* b_io) {
+    const float a = *a_io, b = *b_io;
+    const float da = __fsub_rn(r, a), db = __fsub_rn(__fmul_rn(r, r), b);
+    const float var = __fsub_rn(b, __fmul_rn(a, a));
+    float d = 0.0f;
+    if (var > REWARD_DSR_MIN_VARIANCE)
+        d = __fdiv_rn(__fsub_rn(__fmul_rn(b, da), __fmul_rn(__fmul_rn(a, 0.5f), db)), __fmul_rn(var, __fsqrt_rn(var)));
+    *a_io = __fadd_rn(a, __fmul_rn(eta, da));
+    *b_io = __fadd_rn(b, __fmul_rn(eta, db));
+    return d < -REWARD_DSR_CLIP ? -REWARD_DSR_CLIP : (d > REWARD_DSR_CLIP ? REWARD_DSR_CLIP : d);
+}
+
+// Stage 8 `reward_scale` of one env: raw x scale, or its differential Sharpe ratio on the
+// env's moments where dsr_eta > 0.
+__device__ __forceinline__ float scaled_reward(float raw, float scale, const RewardParams& p, float* dsr_a, float* dsr_b) {
+    const float r = __fmul_rn(raw, scale);
+    return p.dsr_eta > 0.0f ? dsr(p.dsr_eta, r, dsr_a, dsr_b) : r;
+}
 
 // Fixed-order sums of K doubles per thread over a block of REWARD_THREADS: each warp adds
 // by shuffles at offsets 16, 8, 4, 2, 1, then warp 0 adds the REWARD_WARPS warp totals the

@@ -1,7 +1,11 @@
 //! The reward pipeline: the spec of the unfused chain of `reward_*` kernels (one per
 //! stage, in the order of [`Stage::ALL`]) and of the fused kernel that must compute the same.
-//! It runs after `fill_step`, on each env's realized PnL and position, and keeps a small
-//! global state vector of statistics and controllers that adapt the reward.
+//! It is the one definition of the transition's reward: it runs after the env's step
+//! (`barriers`), on each env's step PnL (the net realized PnL of its fill and any barrier
+//! exit, [`crate::env::Outcome::pnl`]) and its position after the step (a reset env is
+//! flat, as after an exit), and keeps a small global state vector of statistics and
+//! controllers that adapt the reward. The differential Sharpe ratio (Moody and Saffell
+//! 1998) is an option of its last per-env stage (`dsr_eta > 0`), not a second reward.
 //!
 //! **Numerics.** Per-env stages are float32, each operation written out in the kernels'
 //! order without contraction, so they are bitwise reproducible (as the environment's, see
@@ -13,6 +17,11 @@
 
 use crate::config::{require, ConfigError};
 use serde::{Deserialize, Serialize};
+
+/// |differential Sharpe ratio reward| is clipped here: its denominator is tiny early on.
+pub const DSR_CLIP: f32 = 10.0;
+/// The variance below which the differential Sharpe ratio is taken as 0.
+pub const DSR_MIN_VARIANCE: f32 = 1e-12;
 
 /// The stages of the chain, in order. Each is one kernel of the unfused path (the two
 /// reductions, `Ema` and `Dispersion`, a partial and a finalize launch) and one arm of
@@ -98,6 +107,11 @@ pub struct RewardConfig {
     pub hold_bonus_max: f32,
     /// Floor of |mean reward| in the dispersion statistic `var / |mean|`.
     pub dispersion_floor: f32,
+    /// Differential Sharpe ratio adaptation rate eta (Moody and Saffell 1998): with eta > 0
+    /// the reward is the differential Sharpe ratio of the scaled shaped reward ([`dsr`]);
+    /// 0: the scaled shaped reward itself.
+    #[serde(default)]
+    pub dsr_eta: f32,
 }
 
 impl Default for RewardConfig {
@@ -117,6 +131,7 @@ impl Default for RewardConfig {
             hold_gain: 0.05,
             hold_bonus_max: 0.01,
             dispersion_floor: 1e-6,
+            dsr_eta: 0.0,
         }
     }
 }
@@ -124,7 +139,7 @@ impl Default for RewardConfig {
 impl RewardConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let unit = |v: f32| v > 0.0 && v <= 1.0;
-        let checks: [(bool, &'static str, f32, &'static str, &'static str); 11] = [
+        let checks: [(bool, &'static str, f32, &'static str, &'static str); 12] = [
             (self.entry_cost >= 0.0, "entry_cost", self.entry_cost, ">= 0", "a cost such as 0.02, or 0 for none"),
             (self.hold_bonus >= 0.0 && self.hold_bonus <= self.hold_bonus_max, "hold_bonus", self.hold_bonus, "[0, hold_bonus_max]", "start at or below hold_bonus_max"),
             (self.min_hold_penalty >= 0.0, "min_hold_penalty", self.min_hold_penalty, ">= 0", "a penalty such as 0.1, or 0 for none"),
@@ -136,6 +151,7 @@ impl RewardConfig {
             (self.target_duration > 0.0, "target_duration", self.target_duration, "> 0", "a duration in steps such as 20"),
             ((0.0..1.0).contains(&self.hold_gain), "hold_gain", self.hold_gain, "[0, 1)", "a gain such as 0.05, or 0 for a fixed bonus"),
             (self.dispersion_floor > 0.0, "dispersion_floor", self.dispersion_floor, "> 0", "a small floor such as 1e-6"),
+            ((0.0..1.0).contains(&self.dsr_eta), "dsr_eta", self.dsr_eta, "[0, 1)", "a rate such as 0.01, or 0 for none"),
         ];
         checks.into_iter().try_for_each(|(ok, name, v, range, fix)| require(ok, name, v, range, fix))
     }
@@ -144,27 +160,40 @@ impl RewardConfig {
 /// Each env's reward state.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RewardEnvs {
-    /// Realized PnL at the last step (the PnL delta's reference).
-    pub prev_realized: Vec<f32>,
     /// Position at the last step.
     pub prev_position: Vec<i32>,
     /// Steps since the env's last closed trade.
     pub steps_since_done: Vec<u32>,
     /// Recent-outcome EMA (outcome = sign of the closed trade's PnL).
     pub outcome_ema: Vec<f32>,
+    /// Differential Sharpe ratio moving moments A (mean) and B (second moment) of the scaled
+    /// reward (moved only where `dsr_eta > 0`).
+    pub dsr_a: Vec<f32>,
+    pub dsr_b: Vec<f32>,
 }
 
 impl RewardEnvs {
     pub fn new(n: usize) -> Self {
-        RewardEnvs { prev_realized: vec![0.0; n], prev_position: vec![0; n], steps_since_done: vec![0; n], outcome_ema: vec![0.0; n] }
+        RewardEnvs {
+            prev_position: vec![0; n],
+            steps_since_done: vec![0; n],
+            outcome_ema: vec![0.0; n],
+            dsr_a: vec![0.0; n],
+            dsr_b: vec![0.0; n],
+        }
+    }
+
+    /// Each field's length, in declaration order (all N in a well-formed state).
+    pub fn field_lens(&self) -> [usize; 5] {
+        [self.prev_position.len(), self.steps_since_done.len(), self.outcome_ema.len(), self.dsr_a.len(), self.dsr_b.len()]
     }
 
     pub fn len(&self) -> usize {
-        self.prev_realized.len()
+        self.prev_position.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.prev_realized.is_empty()
+        self.prev_position.is_empty()
     }
 }
 
@@ -224,7 +253,7 @@ impl RewardGlobal {
 /// One step's per-env outputs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RewardOut {
-    /// The realized PnL of the step (stage 1).
+    /// The step's PnL, the input (stage 1).
     pub pnl: Vec<f32>,
     /// 1.0 where a trade closed this step (the position went to 0 or flipped).
     pub done: Vec<f32>,
@@ -237,7 +266,7 @@ pub struct RewardOut {
     pub abs: Vec<f32>,
     /// The closed trade's duration in steps where done, else 0 (stage 5).
     pub duration: Vec<u32>,
-    /// The final reward: raw x scale (stage 8).
+    /// The final reward: raw x scale, or its differential Sharpe ratio (stage 8).
     pub reward: Vec<f32>,
 }
 
@@ -265,11 +294,11 @@ fn sign(x: f32) -> f32 {
     }
 }
 
-/// One stage for N envs with realized PnL `realized` and positions `position` after the
-/// fill, on the step's buffers `out`. The stages, in [`Stage::ALL`] order:
-/// 1. `reward_pnl_delta`: `pnl = realized - prev_realized`; done where `prev_position != 0`
-///    and the position is 0 or of the other sign (a trade closed); work = pnl;
-///    `prev_realized = realized`.
+/// One stage for N envs with step PnL `pnl` (the env's [`crate::env::Outcome::pnl`]) and
+/// positions `position` after the env's step, on the step's buffers `out`. The stages, in
+/// [`Stage::ALL`] order:
+/// 1. `reward_pnl_delta`: `out.pnl = pnl`; done where `prev_position != 0` and the position
+///    is 0 or of the other sign (a trade closed); work = pnl.
 /// 2. `reward_shaping` (on work): `- entry_cost` where a position opens from flat, `+ hold_bonus`
 ///    (the global's) where a position is held, `- min_hold_penalty` where a trade closed
 ///    after fewer than `min_hold` steps (`steps_since_done + 1 < min_hold`);
@@ -281,7 +310,9 @@ fn sign(x: f32) -> f32 {
 ///    sign(pnl), each summed in double; each global EMA `e += ema_rate (mean - e)` in
 ///    double, rounded once; `dones` = their count, `updates` += 1.
 /// 7. `reward_outcome`: where done, `o += outcome_rate (sign(pnl) - o)`.
-/// 8. `reward_scale`: reward = raw x scale.
+/// 8. `reward_scale`: `r = raw x scale`; reward = r, or with `dsr_eta > 0` the
+///    differential Sharpe ratio of r on the env's moments, `dsr(dsr_eta, r, dsr_a, dsr_b)`
+///    ([`dsr`]), which moves them.
 /// 9. `reward_controllers`: `scale = clamp(scale (1 + scale_gain (target_abs_reward /
 ///    (scale ema_abs_pnl) - 1)), scale_min, scale_max)` (a multiplicative step towards the
 ///    scale at which the mean |trade PnL| maps to the target), and `hold_bonus =
@@ -293,7 +324,7 @@ fn sign(x: f32) -> f32 {
 pub fn reward_stage(
     stage: Stage,
     cfg: &RewardConfig,
-    realized: &[f32],
+    pnl: &[f32],
     position: &[i32],
     envs: &mut RewardEnvs,
     global: &mut RewardGlobal,
@@ -304,12 +335,11 @@ pub fn reward_stage(
     match stage {
         Stage::PnlDelta => {
             for i in 0..n {
-                out.pnl[i] = realized[i] - envs.prev_realized[i];
+                out.pnl[i] = pnl[i];
                 let (before, now) = (envs.prev_position[i], position[i]);
                 let closed = before != 0 && (now == 0 || (now > 0) != (before > 0));
                 out.done[i] = if closed { 1.0 } else { 0.0 };
                 out.work[i] = out.pnl[i];
-                envs.prev_realized[i] = realized[i];
             }
         }
         Stage::Shaping => {
@@ -370,7 +400,8 @@ pub fn reward_stage(
         }
         Stage::Scale => {
             for i in 0..n {
-                out.reward[i] = out.raw[i] * global.scale;
+                let r = out.raw[i] * global.scale;
+                out.reward[i] = if cfg.dsr_eta > 0.0 { dsr(cfg.dsr_eta, r, &mut envs.dsr_a[i], &mut envs.dsr_b[i]) } else { r };
             }
         }
         Stage::Controllers => {
@@ -392,17 +423,27 @@ pub fn reward_stage(
     }
 }
 
-/// One step of the chain: every stage in order on fresh buffers.
-pub fn reward_step(
-    cfg: &RewardConfig,
-    realized: &[f32],
-    position: &[i32],
-    envs: &mut RewardEnvs,
-    global: &mut RewardGlobal,
-) -> RewardOut {
+/// One step of the chain on step PnL `pnl` and positions `position`: every stage in order
+/// on fresh buffers.
+pub fn reward_step(cfg: &RewardConfig, pnl: &[f32], position: &[i32], envs: &mut RewardEnvs, global: &mut RewardGlobal) -> RewardOut {
     let mut out = RewardOut::new(envs.len());
     for stage in Stage::ALL {
-        reward_stage(stage, cfg, realized, position, envs, global, &mut out);
+        reward_stage(stage, cfg, pnl, position, envs, global, &mut out);
     }
     out
+}
+
+/// The differential Sharpe ratio of return `r` (Moody and Saffell 1998, "Reinforcement
+/// Learning for Trading", eq. 4) with moving moments A, B at rate eta:
+/// `D = (B dA - (A / 2) dB) / (B - A^2)^(3/2)`, `dA = r - A`, `dB = r^2 - B`, then
+/// `A += eta dA`, `B += eta dB`. D is 0 while `B - A^2 <= DSR_MIN_VARIANCE`, and clipped to
+/// `[-DSR_CLIP, DSR_CLIP]`. float32, in the kernels' order, without contraction.
+pub fn dsr(eta: f32, r: f32, a: &mut f32, b: &mut f32) -> f32 {
+    let da = r - *a;
+    let db = r * r - *b;
+    let var = *b - *a * *a;
+    let d = if var > DSR_MIN_VARIANCE { (*b * da - *a * 0.5 * db) / (var * var.sqrt()) } else { 0.0 };
+    *a += eta * da;
+    *b += eta * db;
+    d.clamp(-DSR_CLIP, DSR_CLIP)
 }

@@ -1,6 +1,6 @@
-//! The reward pipeline's spec on hand-made steps: PnL deltas and trade closes, shaping,
-//! durations, the EMAs on done, the per-env outcome EMA, scaling, the controllers and the
-//! dispersion statistic.
+//! The reward pipeline's spec on hand-made steps: step PnL and trade closes, shaping,
+//! durations, the EMAs on done, the per-env outcome EMA, scaling and its differential Sharpe
+//! ratio option, the controllers and the dispersion statistic.
 
 use tallyho_oracle::reward::*;
 
@@ -8,7 +8,7 @@ fn cfg() -> RewardConfig {
     RewardConfig { entry_cost: 0.5, hold_bonus: 0.25, min_hold: 3, min_hold_penalty: 2.0, ema_rate: 0.5, outcome_rate: 0.5, ..RewardConfig::default() }
 }
 
-/// Steps `(realized, position)` for each of the envs through the chain.
+/// Steps `(pnl, position)` for each of the envs through the chain.
 fn run(c: &RewardConfig, steps: &[(Vec<f32>, Vec<i32>)]) -> (Vec<RewardOut>, RewardEnvs, RewardGlobal) {
     let mut envs = RewardEnvs::new(steps[0].0.len());
     let mut g = RewardGlobal::new(c);
@@ -64,14 +64,11 @@ fn the_scale_controller_steps_towards_the_target_and_stays_in_range() {
     // Every step closes a trade of |PnL| 100: the scale falls towards 1 / 100.
     let mut envs = RewardEnvs::new(1);
     let mut g = RewardGlobal::new(&c);
-    let mut realized = 0.0;
     let mut scales = Vec::new();
     for t in 0..40 {
         let pos = if t % 2 == 0 { 1 } else { 0 };
-        if pos == 0 {
-            realized += 100.0;
-        }
-        reward_step(&c, &[realized], &[pos], &mut envs, &mut g);
+        let pnl = if pos == 0 { 100.0 } else { 0.0 };
+        reward_step(&c, &[pnl], &[pos], &mut envs, &mut g);
         scales.push(g.scale);
     }
     assert!(scales.windows(2).all(|w| w[1] <= w[0]), "{scales:?}");
@@ -109,6 +106,9 @@ fn the_global_state_round_trips_through_its_words_and_bad_configs_are_refused() 
     assert!(err.contains("ema_rate = 0 is outside (0, 1]"), "{err}");
     assert!(RewardConfig { hold_bonus: 1.0, ..RewardConfig::default() }.validate().is_err());
     assert!(RewardConfig { scale_min: f32::NAN, ..RewardConfig::default() }.validate().is_err());
+    let err = RewardConfig { dsr_eta: 1.0, ..RewardConfig::default() }.validate().unwrap_err().to_string();
+    assert!(err.contains("dsr_eta = 1 is outside [0, 1)"), "{err}");
+    assert!(RewardConfig { dsr_eta: f32::NAN, ..RewardConfig::default() }.validate().is_err());
     assert!(Stage::ALL.iter().enumerate().all(|(i, s)| s.index() == i && Stage::of_index(i) == Some(*s)));
     assert_eq!(Stage::ALL.map(Stage::kernel)[5], "reward_ema");
 }
@@ -123,25 +123,26 @@ fn the_emas_summed_in_another_order_stay_within_the_drift_bound_over_500_steps()
     let c = RewardConfig { ema_rate: 0.2, ..RewardConfig::default() };
     let n = 777;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-    let (mut realized, mut position) = (vec![0.0f32; n], vec![0i32; n]);
+    let (mut pnl, mut position) = (vec![0.0f32; n], vec![0i32; n]);
     let (mut fwd, mut rev) = ((RewardEnvs::new(n), RewardGlobal::new(&c)), (RewardEnvs::new(n), RewardGlobal::new(&c)));
     let (mut a, mut b) = (vec![], vec![]);
     let mut sums_differed = false;
     for _ in 0..500 {
         for i in 0..n {
+            pnl[i] = 0.0;
             if rng.gen_bool(0.3) {
                 let before = position[i];
                 position[i] = rng.gen_range(-3..=3);
                 if before != 0 && position[i] != before {
                     // Magnitudes 1 down to 1e-12 across envs: the double sums then round.
-                    realized[i] += rng.gen_range(-50.0f32..50.0) * 10f32.powi(-((i % 13) as i32));
+                    pnl[i] = rng.gen_range(-50.0f32..50.0) * 10f32.powi(-((i % 13) as i32));
                 }
             }
         }
-        let o = reward_step(&c, &realized, &position, &mut fwd.0, &mut fwd.1);
+        let o = reward_step(&c, &pnl, &position, &mut fwd.0, &mut fwd.1);
         let closed: Vec<f64> = (0..n).filter(|&i| o.done[i] == 1.0).map(|i| f64::from(o.pnl[i].abs())).collect();
         sums_differed |= closed.iter().sum::<f64>() != closed.iter().rev().sum::<f64>();
-        let (rr, rp): (Vec<f32>, Vec<i32>) = (realized.iter().rev().copied().collect(), position.iter().rev().copied().collect());
+        let (rr, rp): (Vec<f32>, Vec<i32>) = (pnl.iter().rev().copied().collect(), position.iter().rev().copied().collect());
         reward_step(&c, &rr, &rp, &mut rev.0, &mut rev.1);
         a.push([fwd.1.ema_duration, fwd.1.ema_abs_pnl, fwd.1.ema_outcome]);
         b.push([rev.1.ema_duration, rev.1.ema_abs_pnl, rev.1.ema_outcome]);
@@ -155,4 +156,40 @@ fn the_emas_summed_in_another_order_stay_within_the_drift_bound_over_500_steps()
             assert!(d <= tol.atol, "EMA {j}: {} vs {}: {d} > {}", x[j], y[j], tol.atol);
         }
     }
+}
+
+#[test]
+fn the_differential_sharpe_ratio_follows_moody_and_saffell() {
+    let (mut a, mut b) = (0.1f32, 0.05f32);
+    let d = dsr(0.1, 0.3, &mut a, &mut b);
+    let (a0, b0, r) = (0.1f64, 0.05f64, 0.3f64);
+    let want = (b0 * (r - a0) - 0.5 * a0 * (r * r - b0)) / (b0 - a0 * a0).powf(1.5);
+    assert!((f64::from(d) - want).abs() < 1e-5, "{d} vs {want}");
+    assert!((f64::from(a) - (a0 + 0.1 * (r - a0))).abs() < 1e-7);
+    let (mut a, mut b) = (0.0f32, 0.0f32);
+    assert_eq!(dsr(0.1, 1.0, &mut a, &mut b), 0.0, "no variance yet");
+}
+
+/// With `dsr_eta > 0` stage 8 makes the reward the differential Sharpe ratio of the scaled
+/// shaped reward on each env's own moments; off, the moments never move.
+#[test]
+fn the_dsr_option_turns_the_scaled_reward_into_its_differential_sharpe_ratio() {
+    let c = RewardConfig { entry_cost: 0.0, hold_bonus: 0.0, min_hold: 0, scale_gain: 0.0, hold_gain: 0.0, ..cfg() };
+    let pnls = [0.5f32, -0.25, 1.0, 0.75, -1.0];
+    let steps: Vec<(Vec<f32>, Vec<i32>)> = pnls.iter().map(|&p| (vec![p, 2.0 * p], vec![0, 0])).collect();
+    let (plain, plain_envs, _) = run(&c, &steps);
+    assert!(plain_envs.dsr_a.iter().chain(&plain_envs.dsr_b).all(|&m| m == 0.0), "off: the moments stay 0");
+    let eta = 0.1;
+    let (o, envs, _) = run(&RewardConfig { dsr_eta: eta, ..c }, &steps);
+    // The same raw rewards; each env's final reward is its own DSR, step by step.
+    let (mut a, mut b) = ([0.0f32; 2], [0.0f32; 2]);
+    for (t, s) in o.iter().enumerate() {
+        assert_eq!(s.raw, plain[t].raw);
+        for i in 0..2 {
+            assert_eq!(s.reward[i], dsr(eta, plain[t].reward[i], &mut a[i], &mut b[i]), "step {t} env {i}");
+        }
+    }
+    assert_eq!((envs.dsr_a.clone(), envs.dsr_b.clone()), (a.to_vec(), b.to_vec()));
+    assert!(o[0].reward.iter().all(|&r| r == 0.0), "no variance yet at the first step");
+    assert!(o[1..].iter().all(|s| s.reward.iter().zip(&s.raw).all(|(&r, &raw)| r != 0.0 && r != raw)), "then the DSR, not the raw reward");
 }

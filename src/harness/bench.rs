@@ -238,7 +238,7 @@ const REWARD_COUNTS: [usize; 4] = [16, 256, 1024, 4096];
 
 /// `tallyho bench reward`: one step of the reward pipeline for N envs, the unfused chain
 /// (`reward chain`, twelve launches) and the fused kernel (`reward fused`, one launch),
-/// eager and graph-replayed, on random realized PnL and positions (about 30% of the envs
+/// eager and graph-replayed, on random step PnLs and positions (about 30% of the envs
 /// trading). The `batch` column holds N.
 pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::reward::{RewardPipeline, RewardPath};
@@ -248,9 +248,9 @@ pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let mut rows = Vec::new();
     for &n in counts {
         let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ n as u64);
-        let realized: Vec<f32> = (0..n).map(|_| rng.gen_range(-100.0..100.0)).collect();
+        let pnl: Vec<f32> = (0..n).map(|_| rng.gen_range(-100.0..100.0)).collect();
         let position: Vec<i32> = (0..n).map(|_| if rng.gen_bool(0.3) { rng.gen_range(-3..=3) } else { 0 }).collect();
-        let (dr, dp) = (gpu.stream.clone_htod(&realized)?, gpu.stream.clone_htod(&position)?);
+        let (dr, dp) = (gpu.stream.clone_htod(&pnl)?, gpu.stream.clone_htod(&position)?);
         let mut chain = RewardPipeline::new(gpu, &RewardConfig::default(), n)?;
         rows.extend(timing.both_modes(gpu, &mut chain, "reward unfused", 0, n, |c| c.step(RewardPath::Unfused, &dr, &dp))?);
         rows.extend(timing.both_modes(gpu, &mut chain, "reward fused", 0, n, |c| c.step(RewardPath::Fused, &dr, &dp))?);

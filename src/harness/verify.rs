@@ -164,20 +164,23 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
     {
         use parity::reward::{self as pr, Mix};
         use tallyho_oracle::reward::Stage;
-        let cfg = pr::check_config();
+        // The cases alternate between the differential Sharpe ratio option off and on.
+        let configs = pr::check_configs();
         for i in 0..cases {
             progress(&format!("reward case {}/{cases}", i + 1));
             let (n, mix, s) = (rng.gen_range(1..=9000), Mix::ALL[rng.gen_range(0..3)], rng.gen::<u64>());
+            let cfg = &configs[i % configs.len()];
             for stage in Stage::ALL {
-                m.add(stage.kernel(), pr::check_stage(gpu, &cfg, stage, n, mix, s)?);
+                m.add(stage.kernel(), pr::check_stage(gpu, cfg, stage, n, mix, s)?);
             }
-            m.add("reward_stages (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Unfused, n, mix, 6, s)?);
-            m.add("reward_fused (whole steps x6)", pr::check_steps(gpu, &cfg, RewardPath::Fused, n, mix, 6, s)?);
-            m.add("reward_fused vs reward_stages x6", pr::check_fused_vs_unfused(gpu, &cfg, n, 6, s)?);
+            m.add("reward_stages (whole steps x6)", pr::check_steps(gpu, cfg, RewardPath::Unfused, n, mix, 6, s)?);
+            m.add("reward_fused (whole steps x6)", pr::check_steps(gpu, cfg, RewardPath::Fused, n, mix, 6, s)?);
+            m.add("reward_fused vs reward_stages x6", pr::check_fused_vs_unfused(gpu, cfg, n, 6, s)?);
         }
-        progress("reward pipeline: graph replay, and 500 free-running steps");
+        progress("reward pipeline: graph replay (the DSR option on), and 500 free-running steps");
+        let (cfg, with_dsr) = (pr::check_config(), pr::check_config_with_dsr());
         for (path, name) in [(RewardPath::Unfused, "reward_stages"), (RewardPath::Fused, "reward_fused")] {
-            m.add(&format!("{name} graph vs eager x10"), pr::check_graph(gpu, &cfg, path, 4096, 10, seed)?);
+            m.add(&format!("{name} graph vs eager x10"), pr::check_graph(gpu, &with_dsr, path, 4096, 10, seed)?);
             m.add(&format!("{name} EMAs x500 free-running"), pr::check_drift(gpu, &cfg, path, 4096, 500, seed)?);
         }
     }

@@ -43,21 +43,32 @@ pub fn check_config() -> RewardConfig {
     RewardConfig { ema_rate: 0.2, scale_gain: 0.2, hold_gain: 0.2, ..RewardConfig::default() }
 }
 
-/// The fill step's outputs, step by step: each env's realized PnL and position. A position
-/// change realizes a random float PnL of the env's own magnitude, `10^-(i mod 13)` for env
-/// i: double sums of floats spanning fewer than ~29 binades are exact in any order, so
-/// only PnLs this far apart make the reductions round (and the one-ulp tolerance bite).
+/// [`check_config`] with the differential Sharpe ratio option on (eta 0.05).
+pub fn check_config_with_dsr() -> RewardConfig {
+    RewardConfig { dsr_eta: 0.05, ..check_config() }
+}
+
+/// Both configs every reward check runs: the differential Sharpe ratio off and on.
+pub fn check_configs() -> [RewardConfig; 2] {
+    [check_config(), check_config_with_dsr()]
+}
+
+/// The env step's outputs, step by step: each env's step PnL and position. A position
+/// change from an open position realizes a random float PnL of the env's own magnitude,
+/// `10^-(i mod 13)` for env i (double sums of floats spanning fewer than ~29 binades are
+/// exact in any order, so only PnLs this far apart make the reductions round and the
+/// one-ulp tolerance bite); an open from flat pays a fee of that magnitude; else 0.
 pub struct Trades {
     mix: Mix,
     rng: ChaCha8Rng,
     t: usize,
-    pub realized: Vec<f32>,
+    pub pnl: Vec<f32>,
     pub position: Vec<i32>,
 }
 
 impl Trades {
     pub fn new(n: usize, mix: Mix, seed: u64) -> Self {
-        Trades { mix, rng: ChaCha8Rng::seed_from_u64(seed), t: 0, realized: vec![0.0; n], position: vec![0; n] }
+        Trades { mix, rng: ChaCha8Rng::seed_from_u64(seed), t: 0, pnl: vec![0.0; n], position: vec![0; n] }
     }
 
     pub fn advance(&mut self) {
@@ -70,9 +81,13 @@ impl Trades {
                 Mix::Mixed if self.rng.gen_bool(0.3) => self.rng.gen_range(-3..=3),
                 Mix::Mixed => before,
             };
-            if self.position[i] != before && before != 0 {
-                self.realized[i] += self.rng.gen_range(-50.0f32..50.0) * magnitude(i);
-            }
+            self.pnl[i] = if self.position[i] == before {
+                0.0
+            } else if before != 0 {
+                self.rng.gen_range(-50.0f32..50.0) * magnitude(i)
+            } else {
+                -self.rng.gen_range(0.5f32..5.0) * magnitude(i)
+            };
         }
         self.t += 1;
     }
@@ -102,10 +117,11 @@ pub fn compare_out(got: &RewardOut, want: &RewardOut, with_work: bool) -> Vec<Co
 /// Per-env state, bitwise.
 pub fn compare_envs(got: &RewardEnvs, want: &RewardEnvs) -> Vec<Comparison> {
     vec![
-        compare_bitwise("prev_realized", &got.prev_realized, &want.prev_realized),
         compare_exact("prev_position", &got.prev_position, &want.prev_position),
         compare_exact("steps_since_done", &got.steps_since_done, &want.steps_since_done),
         compare_bitwise("outcome_ema", &got.outcome_ema, &want.outcome_ema),
+        compare_bitwise("dsr_a", &got.dsr_a, &want.dsr_a),
+        compare_bitwise("dsr_b", &got.dsr_b, &want.dsr_b),
     ]
 }
 
@@ -169,21 +185,21 @@ pub fn check_stage(gpu: &Gpu, cfg: &RewardConfig, stage: Stage, n: usize, mix: M
     // Three warm steps (opens, then at least one close under every mix but NoDones).
     for _ in 0..3 {
         trades.advance();
-        reward_step(cfg, &trades.realized, &trades.position, &mut envs, &mut global);
+        reward_step(cfg, &trades.pnl, &trades.position, &mut envs, &mut global);
     }
     trades.advance();
     let mut out = RewardOut::new(n);
     // The stages before `stage` fill the step buffers it reads.
     for s in Stage::ALL.into_iter().take_while(|&s| s != stage) {
-        reward_stage(s, cfg, &trades.realized, &trades.position, &mut envs, &mut global, &mut out);
+        reward_stage(s, cfg, &trades.pnl, &trades.position, &mut envs, &mut global, &mut out);
     }
     let mut chain = RewardPipeline::new(gpu, cfg, n)?;
     chain.upload_state(&envs, &global)?;
     chain.upload_out(&out)?;
-    let (dr, dp) = (gpu.stream.clone_htod(&trades.realized)?, gpu.stream.clone_htod(&trades.position)?);
+    let (dr, dp) = (gpu.stream.clone_htod(&trades.pnl)?, gpu.stream.clone_htod(&trades.position)?);
     chain.stage(stage, &dr, &dp)?;
     let before = global;
-    reward_stage(stage, cfg, &trades.realized, &trades.position, &mut envs, &mut global, &mut out);
+    reward_stage(stage, cfg, &trades.pnl, &trades.position, &mut envs, &mut global, &mut out);
     let (genvs, gglobal) = chain.download_state()?;
     let mut c = compare_out(&chain.read_out()?, &out, true);
     c.extend(compare_envs(&genvs, &envs));
@@ -194,14 +210,14 @@ pub fn check_stage(gpu: &Gpu, cfg: &RewardConfig, stage: Stage, n: usize, mix: M
 /// The outputs (comparison names) a stage writes.
 fn writes(stage: Stage) -> &'static [&'static str] {
     match stage {
-        Stage::PnlDelta => &["pnl", "done", "work", "prev_realized"],
+        Stage::PnlDelta => &["pnl", "done", "work"],
         Stage::Shaping => &["work", "prev_position"],
         Stage::Snapshot => &["raw"],
         Stage::Abs => &["abs"],
         Stage::Duration => &["duration", "steps_since_done"],
         Stage::Ema => &["global EMAs", "global dones, updates"],
         Stage::Outcome => &["outcome_ema"],
-        Stage::Scale => &["reward"],
+        Stage::Scale => &["reward", "dsr_a", "dsr_b"],
         Stage::Controllers => &["global scale, hold_bonus"],
         Stage::Dispersion => &["global dispersion"],
     }
@@ -242,13 +258,13 @@ pub fn check_steps(
     let mut c = Vec::new();
     for t in 0..steps {
         trades.advance();
-        let (dr, dp) = (gpu.stream.clone_htod(&trades.realized)?, gpu.stream.clone_htod(&trades.position)?);
+        let (dr, dp) = (gpu.stream.clone_htod(&trades.pnl)?, gpu.stream.clone_htod(&trades.position)?);
         if path == RewardPath::Fused {
             gpu.stream.memcpy_htod(&poison, chain.work())?;
         }
         chain.step(path, &dr, &dp)?;
         let before = global;
-        let want = reward_step(cfg, &trades.realized, &trades.position, &mut envs, &mut global);
+        let want = reward_step(cfg, &trades.pnl, &trades.position, &mut envs, &mut global);
         let (got, (genvs, gglobal)) = (chain.read_out()?, chain.download_state()?);
         let mut step = compare_out(&got, &want, path == RewardPath::Unfused);
         if path == RewardPath::Fused {
@@ -273,7 +289,7 @@ pub fn check_fused_vs_unfused(gpu: &Gpu, cfg: &RewardConfig, n: usize, steps: us
     let mut c = Vec::new();
     for t in 0..steps {
         trades.advance();
-        let (dr, dp) = (gpu.stream.clone_htod(&trades.realized)?, gpu.stream.clone_htod(&trades.position)?);
+        let (dr, dp) = (gpu.stream.clone_htod(&trades.pnl)?, gpu.stream.clone_htod(&trades.position)?);
         a.step(RewardPath::Unfused, &dr, &dp)?;
         b.step(RewardPath::Fused, &dr, &dp)?;
         merge_step(&mut c, t, compare_bitwise_all(&a, &b, false)?);
@@ -301,7 +317,7 @@ pub fn check_graph(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, st
     let mut c = Vec::new();
     for t in 0..steps {
         trades.advance();
-        gpu.stream.memcpy_htod(&trades.realized, &mut dr)?;
+        gpu.stream.memcpy_htod(&trades.pnl, &mut dr)?;
         gpu.stream.memcpy_htod(&trades.position, &mut dp)?;
         eager.step(path, &dr, &dp)?;
         graphed.step_graphed(path, &dr, &dp)?;
@@ -328,9 +344,9 @@ pub fn check_drift(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, st
     let (mut got_counts, mut want_counts) = (vec![], vec![]);
     for _ in 0..steps {
         trades.advance();
-        let (dr, dp) = (gpu.stream.clone_htod(&trades.realized)?, gpu.stream.clone_htod(&trades.position)?);
+        let (dr, dp) = (gpu.stream.clone_htod(&trades.pnl)?, gpu.stream.clone_htod(&trades.position)?);
         chain.step(path, &dr, &dp)?;
-        reward_step(cfg, &trades.realized, &trades.position, &mut envs, &mut global);
+        reward_step(cfg, &trades.pnl, &trades.position, &mut envs, &mut global);
         let g = chain.download_state()?.1;
         for (j, (x, y)) in [(g.ema_duration, global.ema_duration), (g.ema_abs_pnl, global.ema_abs_pnl), (g.ema_outcome, global.ema_outcome)]
             .into_iter()
