@@ -153,3 +153,37 @@ mod gpu {
         assert!(s.env.set_epsilon(1.5).unwrap_err().to_string().contains("epsilon 1.5 is outside [0, 1]"));
     }
 }
+
+/// The env step feeds the one reward: its PnL and the position after the step (a reset env
+/// flat, as after an exit) into `reward_step`. Every episode that ends with a trade open at
+/// the step's start closes that trade in the reward's test, and the reward's step PnL is
+/// the env's, at every step of a 12-step run.
+#[test]
+fn the_env_steps_pnl_and_positions_drive_the_reward_and_an_episode_end_closes_the_trade() {
+    use tallyho_oracle::reward::{reward_step, RewardConfig, RewardEnvs, RewardGlobal};
+    let case = EnvCase { envs: 1000, bars: 200, feature_dim: 2, seed: 31 };
+    let (cfg, split) = (case.config(), case.split());
+    let mut rng = ChaCha8Rng::seed_from_u64(case.seed);
+    let m = random_market(&mut rng, case.bars, case.feature_dim);
+    let mut st = random_env_state(&mut rng, &cfg, &m, split);
+    let rcfg = RewardConfig { dsr_eta: 0.05, ..RewardConfig::default() };
+    let (mut envs, mut global) = (RewardEnvs::new(case.envs), RewardGlobal::new(&rcfg));
+    envs.prev_position.clone_from(&st.position);
+    let width: usize = BRANCHES.iter().sum();
+    let (mut ends, mut closes) = (0usize, 0usize);
+    for t in 0..12 {
+        let before = st.position.clone();
+        let q: Vec<f32> = (0..case.envs * width).map(|_| rng.gen_range(-4i32..4) as f32 * 0.5).collect();
+        let step = spec::env_step(&cfg, &BRANCHES, 0.5, &m, split, &mut st, |_| q.clone());
+        let out = reward_step(&rcfg, &step.outcome.pnl, &st.position, &mut envs, &mut global);
+        assert_eq!(out.pnl, step.outcome.pnl, "step {t}");
+        for (n, &held) in before.iter().enumerate() {
+            if step.outcome.done[n] == 1.0 && held != 0 {
+                assert_eq!(out.done[n], 1.0, "step {t} env {n}: an episode's end closes the open trade");
+                ends += 1;
+            }
+            closes += (out.done[n] == 1.0) as usize;
+        }
+    }
+    assert!(ends > 100 && closes >= ends, "{ends} episode ends with a trade open, {closes} closes");
+}
