@@ -26,9 +26,12 @@ pub struct QNetConfig {
     pub v_min: f32,
     /// Highest atom of the C51 support (unused when NA = 1).
     pub v_max: f32,
-    /// Discount per step, in [0, 1].
+    /// Discount per step, in [0, 1]: the n-step returns' gamma (the transition stage's). The
+    /// loss does not read it: each replay row carries its own bootstrap discount (gamma^k, or
+    /// 0 after a terminal).
     pub gamma: f32,
-    /// Steps n of the n-step return folded into the reward; the bootstrap discount is gamma^n.
+    /// Steps n of the n-step returns the transition stage assembles (at least 1); the loss reads
+    /// each row's discount instead.
     pub n_step: u32,
     /// Huber threshold kappa (NA = 1 only).
     pub huber_kappa: f32,
@@ -120,12 +123,6 @@ impl QNetConfig {
             require(t > 0.0 && t <= 1.0, "polyak_tau", t, "(0, 1]", "use a rate such as 0.005, or None for a hard copy")?;
         }
         Ok(())
-    }
-
-    /// The bootstrap discount `gamma^n_step`, in f64 (`powf` of the widened gamma); the GPU
-    /// receives this value as an argument.
-    pub fn discount(&self) -> f64 {
-        f64::from(self.gamma).powf(f64::from(self.n_step))
     }
 
     /// Number of action branches K.
