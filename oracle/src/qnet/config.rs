@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::action::ACTION_BRANCHES;
 use crate::config::{require, ConfigError};
+use crate::transition::MAX_N_STEP;
 
 /// Sizes and constants of the Q-network, its loss and its optimizer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -30,7 +31,7 @@ pub struct QNetConfig {
     /// loss does not read it: each replay row carries its own bootstrap discount (gamma^k, or
     /// 0 after a terminal).
     pub gamma: f32,
-    /// Steps n of the n-step returns the transition stage assembles (at least 1); the loss reads
+    /// Steps n of the n-step returns the transition stage assembles (1..=256); the loss reads
     /// each row's discount instead.
     pub n_step: u32,
     /// Huber threshold kappa (NA = 1 only).
@@ -107,6 +108,8 @@ impl QNetConfig {
                 "set v_max above v_min: the C51 support [v_min, v_max] needs a positive width",
             )?;
         }
+        #[rustfmt::skip]
+        require(self.n_step as usize <= MAX_N_STEP, "n_step", self.n_step, "[1, 256]", "use a window of at most 256 steps (n-step returns use a few, e.g. 3)")?;
         let (g, k, lr) = (self.gamma, self.huber_kappa, self.lr);
         require((0.0..=1.0).contains(&g), "gamma", g, "[0, 1]", "use a discount such as 0.99")?;
         require(k > 0.0 && k.is_finite(), "huber_kappa", k, "(0, +inf)", "use a threshold such as 1.0")?;
