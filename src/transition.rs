@@ -125,14 +125,22 @@ impl TransitionAssembler {
         self.envs
     }
 
-    /// Steps pushed so far (launches issued, or the count of an uploaded ring).
+    /// Calls of [`TransitionAssembler::assemble`] so far (or the count of an uploaded ring).
+    /// A replayed graph launches without calling it: its owner counts those steps itself
+    /// (see [`TransitionAssembler::emits_at`]).
     pub fn steps(&self) -> u64 {
         self.steps
     }
 
-    /// Whether the next [`TransitionAssembler::assemble`] emits rows (its step t >= n - 1).
+    /// Whether the next [`TransitionAssembler::assemble`] call emits rows (its step t >= n - 1).
     pub fn next_emits(&self) -> bool {
-        self.steps + 1 >= self.cfg.n as u64
+        self.emits_at(self.steps)
+    }
+
+    /// Whether the launch of step t (0-based) emits rows: t >= n - 1. A graph that inserts
+    /// `out` into the replay must be captured at such a step.
+    pub fn emits_at(&self, t: u64) -> bool {
+        t + 1 >= self.cfg.n as u64
     }
 
     fn check_step(&self, step: &DeviceStep) -> Result<()> {

@@ -191,10 +191,40 @@ proptest! {
     }
 }
 
+/// The check the GPU tests run, fed the oracle's own results: it passes them, and fails a
+/// row changed by one ulp, a row written before step n - 1 and a ring count off by one.
+#[test]
+fn the_parity_check_passes_the_oracle_and_catches_one_ulp_an_early_row_and_a_count() {
+    use tallyho::harness::parity::transition::{case_steps, compare_step, oracle_steps, GpuStep, TransitionCase};
+    use tallyho::transition::poison_rows;
+    let case = TransitionCase { envs: 9, state_dim: 3, n: 3, gamma: 0.9, steps: 12, end_rate: 0.3, seed: 5 };
+    let ring = TransitionRing::new(case.envs, case.state_dim, case.n, case.gamma).unwrap();
+    let want = oracle_steps(&ring, &case_steps(&case)).unwrap();
+    let as_gpu = |w: &(Option<Transitions>, TransitionRing)| GpuStep {
+        emitted: w.0.is_some(),
+        out: w.0.clone().unwrap_or_else(|| poison_rows(case.envs, case.state_dim)),
+        ring: w.1.clone(),
+    };
+    let failures = |g: &GpuStep, w| compare_step(g, w).iter().filter(|c| !c.passed()).count();
+    for w in &want {
+        assert_eq!(failures(&as_gpu(w), w), 0);
+    }
+    let mut g = as_gpu(&want[5]);
+    g.out.rewards[4] = f32::from_bits(g.out.rewards[4].to_bits() + 1);
+    assert_eq!(failures(&g, &want[5]), 1);
+    let mut g = as_gpu(&want[0]);
+    g.out = want[2].0.clone().unwrap();
+    assert!(failures(&g, &want[0]) >= 5, "an early row must fail every field");
+    let mut g = as_gpu(&want[7]);
+    g.ring.counts[8] += 1;
+    assert_eq!(failures(&g, &want[7]), 1);
+    assert!(tallyho::harness::fixtures::kernels().any(|k| k == "transition_assemble"), "the fixture family is registered");
+}
+
 mod gpu {
     use super::common::*;
     use proptest::prelude::*;
-    use tallyho::harness::parity::transition::{check_transition_assemble, check_transition_assemble_on, case_steps, TransitionCase};
+    use tallyho::harness::parity::transition::{check_transition_assemble, check_transition_assemble_on, check_transition_graph, case_steps, TransitionCase};
     use tallyho_oracle::transition::TransitionRing;
 
     /// Random N, S, n, gamma, steps and end rates: every launch's rows, the untouched rows
@@ -236,5 +266,16 @@ mod gpu {
         }
         assert!(ring.counts[0] as usize >= case.n);
         assert_all(&check_transition_assemble_on(&gpu, &ring, &steps[11..]).unwrap());
+    }
+
+    /// Captured once and replayed: every step's rows and ring bitwise equal to eager launches
+    /// (the push count comes from device memory, not from a frozen argument).
+    #[test]
+    fn transition_assemble_graph_replay_is_bitwise_equal_to_eager() {
+        let gpu = gpu();
+        for (n, seed) in [(1, 1), (3, 2), (5, 3)] {
+            let case = TransitionCase { envs: 257, state_dim: 6, n, gamma: 0.97, steps: 4 * n + 5, end_rate: 0.2, seed };
+            assert_all(&check_transition_graph(&gpu, &case).unwrap());
+        }
     }
 }

@@ -6,6 +6,7 @@
 use super::merge_step;
 use super::replay::compare_transitions;
 use crate::error::{Error, Result};
+use crate::graph::{Binding, GraphSlot};
 use crate::runtime::Gpu;
 use crate::transition::{poison_rows, DeviceStep, TransitionAssembler};
 use rand::{Rng, SeedableRng};
@@ -213,4 +214,53 @@ pub fn check_transition_assemble_on(gpu: &Gpu, ring: &TransitionRing, steps: &[H
 pub fn check_transition_assemble(gpu: &Gpu, case: &TransitionCase) -> Result<Vec<Comparison>> {
     let ring = TransitionRing::new(case.envs, case.state_dim, case.n, case.gamma)?;
     check_transition_assemble_on(gpu, &ring, &case_steps(case))
+}
+
+/// `transition_assemble` through a [`GraphSlot`] (eager, captured, then replayed: no launch
+/// argument changes from step to step) against eager launches on the same inputs: the rows
+/// and the ring bitwise equal at every step, and the eager side against the oracle.
+pub fn check_transition_graph(gpu: &Gpu, case: &TransitionCase) -> Result<Vec<Comparison>> {
+    let ring = TransitionRing::new(case.envs, case.state_dim, case.n, case.gamma)?;
+    let steps = case_steps(case);
+    let cfg = case.config();
+    let mut eager = TransitionAssembler::new(gpu, &cfg, case.envs, case.state_dim)?;
+    let mut graphed = TransitionAssembler::new(gpu, &cfg, case.envs, case.state_dim)?;
+    let mut inputs = DeviceInputs::alloc(gpu, case.envs, case.state_dim)?;
+    let mut slot = GraphSlot::new("transition_assemble");
+    let want = oracle_steps(&ring, &steps)?;
+    let mut out = Vec::new();
+    for (t, (h, w)) in steps.iter().zip(&want).enumerate() {
+        inputs.fill(gpu, h)?;
+        let emitted = eager.assemble(&inputs.step())?;
+        let s = &gpu.stream;
+        let step = inputs.step();
+        let mut words = graphed.addresses().to_vec();
+        words.extend([
+            crate::graph::address(s, step.states),
+            crate::graph::address(s, step.actions),
+            crate::graph::address(s, step.rewards),
+            crate::graph::address(s, step.next_states),
+            crate::graph::address(s, step.reasons),
+        ]);
+        slot.run(s, Binding::of(&words), || graphed.assemble(&step).map(|_| ()))?;
+        let (e_out, g_out) = (eager.download_out()?, graphed.download_out()?);
+        let (e_ring, g_ring) = (eager.download_ring()?, graphed.download_ring()?);
+        let mut c: Vec<Comparison> = compare_transitions(&g_out, &e_out).into_iter().map(|mut x| {
+            x.output = format!("{} (graph vs eager)", x.output);
+            x
+        }).collect();
+        c.extend(compare_rings(&g_ring, &e_ring).into_iter().map(|mut x| {
+            x.output = format!("{} (graph vs eager)", x.output);
+            x
+        }));
+        if w.0.is_some() {
+            c.extend(compare_step(&GpuStep { emitted, out: e_out, ring: e_ring }, w));
+        } else {
+            c.extend(compare_rings(&e_ring, &w.1));
+        }
+        merge_step(&mut out, t, c);
+    }
+    let replayed = slot.phase() == crate::graph::Phase::Replay || steps.len() < 3;
+    out.push(compare_exact("graph replayed from step 2 on", &[u32::from(replayed)], &[1]));
+    Ok(out)
 }
