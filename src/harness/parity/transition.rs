@@ -13,6 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tallyho_oracle::action::{ACTION_BRANCHES, BRANCH_COUNT};
 use tallyho_oracle::replay::Transitions;
+use tallyho_oracle::tolerance::TRANSITION;
 use tallyho_oracle::transition::{transition_assemble, StepInputs, TransitionConfig, TransitionRing};
 use tallyho_oracle::{compare_bitwise, compare_exact, Comparison};
 
@@ -90,16 +91,21 @@ pub fn case_steps(case: &TransitionCase) -> Vec<HostStep> {
     (0..case.steps).map(|_| random_step(&mut rng, case.envs, case.state_dim, case.end_rate)).collect()
 }
 
+/// The declared tolerance of the stage on each comparison (all of them bitwise).
+fn declared(c: Vec<Comparison>) -> Vec<Comparison> {
+    c.into_iter().map(|c| Comparison { tolerance: TRANSITION, ..c }).collect()
+}
+
 /// The ring compared bitwise, field by field.
 pub fn compare_rings(got: &TransitionRing, want: &TransitionRing) -> Vec<Comparison> {
-    vec![
+    declared(vec![
         compare_bitwise("ring states", &got.states, &want.states),
         compare_bitwise("ring next_states", &got.next_states, &want.next_states),
         compare_exact("ring actions", &got.actions, &want.actions),
         compare_bitwise("ring rewards", &got.rewards, &want.rewards),
         compare_exact("ring reasons", &got.reasons, &want.reasons),
         compare_exact("ring counts", &got.counts, &want.counts),
-    ]
+    ])
 }
 
 /// Device copies of one step's inputs, allocated once and refilled each step.
@@ -195,7 +201,7 @@ pub fn compare_step(got: &GpuStep, want: &(Option<Transitions>, TransitionRing))
         }
     }
     c.extend(compare_rings(&got.ring, &want.1));
-    c
+    declared(c)
 }
 
 /// `transition_assemble` from `ring` over `steps` against the oracle, every step: one row
