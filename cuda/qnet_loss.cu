@@ -3,10 +3,12 @@
 // Per branch k:
 //   a*_k = argmax_j q_online(s'_i)[k, j], the lowest j on ties;
 //   C51 (NA > 1): m = projection of probs_target(s'_i)[k, a*_k] onto the support for
-//     r + gamma^n (1 - done) z, l_k = -sum_z m_z log_probs_online(s_i)[k, a_k, z],
+//     r + g z, l_k = -sum_z m_z log_probs_online(s_i)[k, a_k, z],
 //     dlogits = c (probs sum_z' m_z' - m), c = w_i / (B K);
-//   scalar (NA = 1): y = r + gamma^n (1 - done) (1/K) sum_k q_target(s'_i)[k, a*_k],
+//   scalar (NA = 1): y = r + g (1/K) sum_k q_target(s'_i)[k, a*_k],
 //     TD_k = y - q_online(s_i)[k, a_k], l_k = Huber(TD_k), dlogit = -c Huber'(TD_k).
+// with g = discounts[i] widened to double: the row's bootstrap discount (gamma^k, or 0 after a
+// terminal; the replay stores it per row).
 // Then the dueling backward into the head-output gradient row dy_i (qnet::head_grad), the
 // per-sample loss L_i = (1/K) sum_k l_k and the priority (C51 L_i, scalar mean_k |TD_k|);
 // and, in the block that finishes last, the batch loss (1/B) sum_i w_i L_i summed in index
@@ -55,10 +57,10 @@ __device__ __forceinline__ double huber_grad(double d, double kappa) {
 
 extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* __restrict__ log_probs,
                                      const float* __restrict__ probs, const int* __restrict__ actions,
-                                     const float* __restrict__ rewards, const float* __restrict__ dones,
+                                     const float* __restrict__ rewards, const float* __restrict__ discounts,
                                      const float* __restrict__ weights, const BranchShape shape,
                                      unsigned int na, unsigned int batch, float v_min,
-                                     float v_max, double discount, float kappa, int* __restrict__ next_actions,
+                                     float v_max, float kappa, int* __restrict__ next_actions,
                                      double* __restrict__ sample_loss, float* __restrict__ priority,
                                      float* __restrict__ dy, unsigned int* __restrict__ done, double* __restrict__ loss) {
     // Dynamic shared memory: doubles m, dl, dl / n_k [K NA each], the landings' weights
@@ -104,11 +106,11 @@ extern "C" __global__ void qnet_loss(const float* __restrict__ q, const float* _
     }
     if (tid < nbranch) act[tid] = (unsigned int)actions[i * nbranch + tid];
     const double r = (double)rewards[i];
-    const double g = __dmul_rn(discount, __dsub_rn(1.0, (double)dones[i]));
+    const double g = (double)discounts[i];
     const double c = (double)weights[i] / (double)(batch * nbranch);
     const double lo = (double)v_min, hi = (double)v_max, dz = c51 ? (hi - lo) / (double)(na - 1) : 0.0;
     if (c51) {
-        // The landings depend on the row only (r, done), not on the branch.
+        // The landings depend on the row only (r, g), not on the branch.
         for (unsigned int t = tid; t < na; t += threads) {
             const Landing x = land(r, g, lo, hi, dz, na, t);
             land_l[t] = (unsigned int)x.l;

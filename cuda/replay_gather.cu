@@ -7,12 +7,12 @@ extern "C" __global__ void replay_gather(const unsigned int* __restrict__ indice
                                       const float* __restrict__ next_states,     // [C, S]
                                       const int* __restrict__ actions,           // [C, 3]
                                       const float* __restrict__ rewards,         // [C]
-                                      const float* __restrict__ dones,           // [C]
+                                      const float* __restrict__ discounts,       // [C]
                                       float* __restrict__ out_states,            // [B, S]
                                       float* __restrict__ out_next_states,       // [B, S]
                                       int* __restrict__ out_actions,             // [B, 3]
                                       float* __restrict__ out_rewards,           // [B]
-                                      float* __restrict__ out_dones,             // [B]
+                                      float* __restrict__ out_discounts,         // [B]
                                       unsigned int batch, unsigned int state_dim) {
     const unsigned int width = state_dim > REPLAY_ACTION_BRANCHES ? state_dim : REPLAY_ACTION_BRANCHES;
     const unsigned long long total = (unsigned long long)batch * width;
@@ -27,7 +27,7 @@ extern "C" __global__ void replay_gather(const unsigned int* __restrict__ indice
         if (c < REPLAY_ACTION_BRANCHES) out_actions[j * REPLAY_ACTION_BRANCHES + c] = actions[i * REPLAY_ACTION_BRANCHES + c];
         if (c == 0) {
             out_rewards[j] = rewards[i];
-            out_dones[j] = dones[i];
+            out_discounts[j] = discounts[i];
         }
     }
 }

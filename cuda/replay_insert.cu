@@ -1,4 +1,4 @@
-// replay_insert: write n transitions into the ring at (cursor + j) mod C with the running max
+// replay_insert: write n transitions (s, a, r, s', discount) into the ring at (cursor + j) mod C with the running max
 // priority, refresh the sum tree, advance cursor and size. Oracle: replay::replay_insert.
 //   replay_insert_rows: grid-stride over n * max(S, 3) elements, any grid; reads ctl->cursor.
 //   replay_insert_tree: ONE block (any multiple of 32 up to 1024 threads, loops over n); then
@@ -10,12 +10,12 @@ extern "C" __global__ void replay_insert_rows(const ReplayCtl* __restrict__ ctl,
                                            const float* __restrict__ in_next_states,  // [n, S]
                                            const int* __restrict__ in_actions,        // [n, 3]
                                            const float* __restrict__ in_rewards,      // [n]
-                                           const float* __restrict__ in_dones,        // [n]
+                                           const float* __restrict__ in_discounts,    // [n]
                                            float* __restrict__ states,                // [C, S]
                                            float* __restrict__ next_states,           // [C, S]
                                            int* __restrict__ actions,                 // [C, 3]
                                            float* __restrict__ rewards,               // [C]
-                                           float* __restrict__ dones,                 // [C]
+                                           float* __restrict__ discounts,             // [C]
                                            unsigned int n, unsigned int capacity, unsigned int state_dim) {
     const unsigned int cursor = ctl->cursor;
     const unsigned int width = state_dim > REPLAY_ACTION_BRANCHES ? state_dim : REPLAY_ACTION_BRANCHES;
@@ -31,7 +31,7 @@ extern "C" __global__ void replay_insert_rows(const ReplayCtl* __restrict__ ctl,
         if (c < REPLAY_ACTION_BRANCHES) actions[slot * REPLAY_ACTION_BRANCHES + c] = in_actions[j * REPLAY_ACTION_BRANCHES + c];
         if (c == 0) {
             rewards[slot] = in_rewards[j];
-            dones[slot] = in_dones[j];
+            discounts[slot] = in_discounts[j];
         }
     }
 }

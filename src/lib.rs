@@ -14,6 +14,7 @@ pub mod replay;
 pub mod reward;
 pub mod runtime;
 pub mod schedule;
+pub mod transition;
 
 pub use error::{Error, Result};
 pub use runtime::Gpu;

@@ -20,7 +20,7 @@ pub struct DeviceTransitions {
     pub next_states: CudaSlice<f32>,
     pub actions: CudaSlice<i32>,
     pub rewards: CudaSlice<f32>,
-    pub dones: CudaSlice<f32>,
+    pub discounts: CudaSlice<f32>,
 }
 
 impl DeviceTransitions {
@@ -31,7 +31,7 @@ impl DeviceTransitions {
             next_states: stream.alloc_zeros(rows * state_dim)?,
             actions: stream.alloc_zeros(rows * BRANCH_COUNT)?,
             rewards: stream.alloc_zeros(rows)?,
-            dones: stream.alloc_zeros(rows)?,
+            discounts: stream.alloc_zeros(rows)?,
         })
     }
 
@@ -46,7 +46,7 @@ impl DeviceTransitions {
         stream.memcpy_htod(&t.next_states, &mut self.next_states.slice_mut(..n * state_dim))?;
         stream.memcpy_htod(&t.actions, &mut self.actions.slice_mut(..n * BRANCH_COUNT))?;
         stream.memcpy_htod(&t.rewards, &mut self.rewards.slice_mut(..n))?;
-        stream.memcpy_htod(&t.dones, &mut self.dones.slice_mut(..n))?;
+        stream.memcpy_htod(&t.discounts, &mut self.discounts.slice_mut(..n))?;
         Ok(())
     }
 
@@ -56,7 +56,7 @@ impl DeviceTransitions {
             next_states: stream.clone_dtoh(&self.next_states)?,
             actions: stream.clone_dtoh(&self.actions)?,
             rewards: stream.clone_dtoh(&self.rewards)?,
-            dones: stream.clone_dtoh(&self.dones)?,
+            discounts: stream.clone_dtoh(&self.discounts)?,
         })
     }
 }
@@ -65,17 +65,17 @@ fn check_shape(t: &Transitions, n: usize, s: usize) -> Result<()> {
     let ok = t.states.len() == n * s
         && t.next_states.len() == n * s
         && t.actions.len() == n * BRANCH_COUNT
-        && t.dones.len() == n;
+        && t.discounts.len() == n;
     if ok {
         Ok(())
     } else {
         Err(Error::Shape(format!(
-            "transitions are not {n} rows of state width {s}: states {}, next states {}, actions {} (want {}), dones {}",
+            "transitions are not {n} rows of state width {s}: states {}, next states {}, actions {} (want {}), discounts {}",
             t.states.len(),
             t.next_states.len(),
             t.actions.len(),
             n * BRANCH_COUNT,
-            t.dones.len()
+            t.discounts.len()
         )))
     }
 }
@@ -228,12 +228,12 @@ impl ReplayBuffer {
             .arg(&rows.next_states)
             .arg(&rows.actions)
             .arg(&rows.rewards)
-            .arg(&rows.dones)
+            .arg(&rows.discounts)
             .arg(&mut self.store.states)
             .arg(&mut self.store.next_states)
             .arg(&mut self.store.actions)
             .arg(&mut self.store.rewards)
-            .arg(&mut self.store.dones)
+            .arg(&mut self.store.discounts)
             .arg(&n32)
             .arg(&c32)
             .arg(&s32);
@@ -285,12 +285,12 @@ impl ReplayBuffer {
             .arg(&self.store.next_states)
             .arg(&self.store.actions)
             .arg(&self.store.rewards)
-            .arg(&self.store.dones)
+            .arg(&self.store.discounts)
             .arg(&mut self.batch.states)
             .arg(&mut self.batch.next_states)
             .arg(&mut self.batch.actions)
             .arg(&mut self.batch.rewards)
-            .arg(&mut self.batch.dones)
+            .arg(&mut self.batch.discounts)
             .arg(&batch)
             .arg(&s32);
         // SAFETY: follows replay_gather's signature; indices come from replay_sample (< C) or from
@@ -331,7 +331,7 @@ impl ReplayBuffer {
         // The input, and the outputs that are public fields (so replaceable).
         #[rustfmt::skip]
         let words = [a(td_abs), address(&stream, &self.indices), a(&self.weights), a(&b.states), a(&b.next_states),
-            address(&stream, &b.actions), a(&b.rewards), a(&b.dones)];
+            address(&stream, &b.actions), a(&b.rewards), a(&b.discounts)];
         let binding = Binding::of(&words);
         GraphSlot::run_on(self, |b| &mut b.step_graph, &stream, binding, |b| {
             b.sample()?;
@@ -414,7 +414,7 @@ impl ReplayBuffer {
         poison.next_states.fill(f32::NAN);
         poison.actions.fill(i32::MIN);
         poison.rewards.fill(f32::NAN);
-        poison.dones.fill(f32::NAN);
+        poison.discounts.fill(f32::NAN);
         self.batch.upload(&self.stream, &poison, s)
     }
 }

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["runtime"],
     &["graph", "gemm"],
-    &["philox", "replay", "optimizer", "reward", "schedule", "env"],
+    &["philox", "replay", "optimizer", "reward", "schedule", "env", "transition"],
     &["qnet"],
     &["experience"],
     &["harness"],

@@ -13,7 +13,6 @@ pub mod env;
 pub mod gemm;
 pub mod kat;
 pub mod market;
-pub mod nstep;
 pub mod optimizer;
 pub mod philox;
 pub mod qnet;
@@ -23,6 +22,7 @@ pub mod schedule;
 pub mod shared_data;
 pub mod tolerance;
 pub mod train_config;
+pub mod transition;
 
 pub use compare::{compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison};
 pub use config::ConfigError;

@@ -2,11 +2,12 @@
 //! spec of the `replay_*` kernels in cuda/ (insert, sample, gather, update priorities) and
 //! their launchers in src/replay.rs.
 //!
-//! Storage is a ring of capacity C. Each slot holds a transition (s, a, r, s', done): the
+//! Storage is a ring of capacity C. Each slot holds a transition (s, a, r, s', discount): the
 //! state and next state as `S` f32 each (f32, not bf16, so that the gather is a bitwise copy
 //! the oracle checks exactly; at the default sizes the ring is a few hundred MB of the
-//! H200's 141 GB), the [`BRANCH_COUNT`] action branches (direction, size, order type) as i32, the reward
-//! as f32 and done as f32 0/1 (read directly as `1 - done` by the loss).
+//! H200's 141 GB), the [`BRANCH_COUNT`] action branches (direction, size, order type) as i32, the
+//! (n-step) reward as f32 and the bootstrap discount as f32, read directly by the loss as the
+//! factor of the target's next-state value (see [`Transitions::discounts`]).
 //!
 //! Priorities live in a sum tree of `L = next_pow2(C)` leaves stored as `2L` f32: node 1 is
 //! the root (the total), node `n` has children `2n` and `2n + 1`, leaf `i` is node `L + i`,
@@ -135,7 +136,11 @@ pub struct Transitions {
     pub next_states: Vec<f32>,
     pub actions: Vec<i32>,
     pub rewards: Vec<f32>,
-    pub dones: Vec<f32>,
+    /// The bootstrap discount of the row: gamma^k for a window of k steps that ended without a
+    /// terminal (including truncations: the time limit and end of data bootstrap from s',
+    /// Pardo et al. 2018), 0 where the window ended in a terminal; the n-step assembly
+    /// (`transition`) makes it.
+    pub discounts: Vec<f32>,
 }
 
 impl Transitions {
@@ -145,7 +150,7 @@ impl Transitions {
             next_states: vec![0.0; n * state_dim],
             actions: vec![0; n * BRANCH_COUNT],
             rewards: vec![0.0; n],
-            dones: vec![0.0; n],
+            discounts: vec![0.0; n],
         }
     }
 
@@ -164,7 +169,7 @@ impl Transitions {
         let a = BRANCH_COUNT;
         self.actions[to * a..(to + 1) * a].copy_from_slice(&src.actions[from * a..(from + 1) * a]);
         self.rewards[to] = src.rewards[from];
-        self.dones[to] = src.dones[from];
+        self.discounts[to] = src.discounts[from];
     }
 }
 

@@ -163,6 +163,13 @@ pub const QNET_TRAJECTORY: Tolerance = Tolerance::rel_norm(
 pub const ENV: Tolerance =
     Tolerance::exact("float32 IEEE operations in the kernel's order without FMA, and integers: bitwise equal");
 
+/// n-step transition assembly (`transition_assemble`): copies, integer slot arithmetic, and
+/// the return and discount as float32 multiplies and adds (`__fmul_rn` / `__fadd_rn`, no FMA)
+/// in the oracle's order (Horner from the last reward back; k products of 1.0 by gamma), so
+/// every row and the whole ring are bitwise equal.
+pub const TRANSITION: Tolerance =
+    Tolerance::exact("copies, integers and float32 IEEE operations in the oracle's order without FMA: bitwise equal");
+
 /// The reward pipeline's reductions over envs (the EMAs on done, the dispersion
 /// statistic): double sums of float inputs in another order (block tree on the GPU,
 /// sequential in the oracle) agree to ~1e-16 relative, so the float results, rounded once,

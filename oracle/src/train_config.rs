@@ -11,6 +11,7 @@ use crate::features::FEATURE_DIM;
 use crate::qnet::QNetConfig;
 use crate::replay::ReplayConfig;
 use crate::reward::RewardConfig;
+use crate::transition::TransitionConfig;
 
 /// A training run's configuration: one value per size, so that the parts cannot disagree.
 ///
@@ -49,6 +50,12 @@ impl TrainConfig {
         feature_dim + PORTFOLIO_FEATURES
     }
 
+    /// The n-step assembly's n and gamma: the Q-network's `n_step` and `gamma`, their one
+    /// source.
+    pub fn transition(&self) -> TransitionConfig {
+        TransitionConfig { n: self.qnet.n_step as usize, gamma: self.qnet.gamma }
+    }
+
     /// Sets the derived sizes from their one source: `qnet.state_dim` and `replay.state_dim`
     /// from `feature_dim`.
     pub fn resolve(mut self, feature_dim: usize) -> Self {
@@ -71,6 +78,7 @@ impl TrainConfig {
         self.env.validate(&self.qnet.branches)?;
         self.replay.validate()?;
         self.reward.validate()?;
+        self.transition().validate()?;
         let want = Self::state_dim(feature_dim);
         for (name, value) in [("qnet.state_dim", self.qnet.state_dim), ("replay.state_dim", self.replay.state_dim)] {
             if value != want {
@@ -166,6 +174,10 @@ mod tests {
         let mut cfg = TrainConfig::default();
         cfg.qnet.gamma = 1.5;
         assert_eq!(refusal(&cfg), "gamma = 1.5 is outside [0, 1]: use a discount such as 0.99");
+        let mut cfg = TrainConfig::default();
+        cfg.qnet.n_step = 300;
+        assert!(refusal(&cfg).starts_with("n_step = 300 is outside [1, 256]: "), "{}", refusal(&cfg));
+        assert_eq!(TrainConfig::default().transition(), TransitionConfig { n: 1, gamma: 0.99 });
         let mut cfg = TrainConfig::default();
         cfg.replay.alpha = 2.0;
         assert!(refusal(&cfg).starts_with("alpha = 2 is outside [0, 1]: "), "{}", refusal(&cfg));

@@ -30,7 +30,9 @@ fn small(atoms: usize) -> QNetConfig {
 }
 
 /// A seeded batch of B rows: states in [-1, 1), random actions, rewards in [-3, 3) (large
-/// enough that some C51 targets clamp and some Huber errors pass kappa), row 1 terminal.
+/// enough that some C51 targets clamp and some Huber errors pass kappa), row 1 terminal
+/// (discount 0), the others bootstrapping with gamma^k for k = 1, 2 (n_step 2; a window cut
+/// short by a truncation has k < n).
 fn batch(cfg: &QNetConfig, b: usize, seed: u64) -> (Transitions, Vec<f32>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let s = cfg.state_dim;
@@ -39,7 +41,7 @@ fn batch(cfg: &QNetConfig, b: usize, seed: u64) -> (Transitions, Vec<f32>) {
         next_states: (0..b * s).map(|_| rng.gen_range(-1.0..1.0)).collect(),
         actions: Vec::new(),
         rewards: (0..b).map(|_| rng.gen_range(-3.0..3.0)).collect(),
-        dones: (0..b).map(|i| if i == 1 { 1.0 } else { 0.0 }).collect(),
+        discounts: (0..b).map(|i| if i == 1 { 0.0 } else { (0..1 + i % 2).fold(1.0f32, |d, _| d * cfg.gamma) }).collect(),
     };
     for _ in 0..b {
         for &n in &cfg.branches {
@@ -58,7 +60,7 @@ fn widen(p: &[f32]) -> Vec<f64> {
 /// forwards are computed once and passed unchanged.
 fn loss_at(cfg: &QNetConfig, params: &[f64], t: &Transitions, w: &[f32], on2: &Forward, tg2: &Forward) -> qnet::Loss {
     let f = qnet::forward(cfg, params, &t.states);
-    qnet::loss(cfg, &f, on2, tg2, &t.actions, &t.rewards, &t.dones, w)
+    qnet::loss(cfg, &f, on2, tg2, &t.actions, &t.rewards, &t.discounts, w)
 }
 
 /// Central differences `(L(p + h e_i) - L(p - h e_i)) / 2h` for every parameter against the
@@ -78,7 +80,7 @@ fn check_backward_against_finite_differences(atoms: usize, b: usize, init_seed: 
     let on2 = qnet::forward(&cfg, &p, &t.next_states);
     let tg2 = qnet::forward(&cfg, &target, &t.next_states);
     let fwd = qnet::forward(&cfg, &p, &t.states);
-    let l = qnet::loss(&cfg, &fwd, &on2, &tg2, &t.actions, &t.rewards, &t.dones, &w);
+    let l = qnet::loss(&cfg, &fwd, &on2, &tg2, &t.actions, &t.rewards, &t.discounts, &w);
     if atoms == 1 {
         let kappa = f64::from(cfg.huber_kappa);
         assert!(l.td.iter().all(|d| (d.abs() - kappa).abs() > 1e-3), "a TD error sits at the Huber kink: {:?}", l.td);
@@ -133,7 +135,7 @@ fn scalar_batch_exercises_both_huber_regimes() {
     let (t, w) = batch(&cfg, 3, 7);
     let fwd = qnet::forward(&cfg, &p, &t.states);
     let s2 = qnet::forward(&cfg, &p, &t.next_states);
-    let l = qnet::loss(&cfg, &fwd, &s2, &s2, &t.actions, &t.rewards, &t.dones, &w);
+    let l = qnet::loss(&cfg, &fwd, &s2, &s2, &t.actions, &t.rewards, &t.discounts, &w);
     let kappa = f64::from(cfg.huber_kappa);
     assert!(l.td.iter().any(|d| d.abs() <= kappa) && l.td.iter().any(|d| d.abs() > kappa), "td {:?}", l.td);
 }
@@ -153,19 +155,19 @@ fn c51_projection_conserves_mass_at_integer_positions_and_both_clamps() {
     let cfg = c51(5, -2.0, 2.0, 0.5);
     let p = normalised(&[0.1, 0.3, 0.2, 0.25, 0.15]);
     let sum = |m: &[f64]| m.iter().sum::<f64>();
-    // Terminal with r = 1: every Tz = 1, b = 3 exactly, l == u: a point mass on atom 3.
-    let m = qnet::c51_project(&cfg, &p, 1.0, 1.0);
+    // Terminal (discount 0) with r = 1: every Tz = 1, b = 3 exactly, l == u: a point mass on atom 3.
+    let m = qnet::c51_project(&cfg, &p, 1.0, 0.0);
     assert!((m[3] - 1.0).abs() < 1e-15 && (sum(&m) - 1.0).abs() < 1e-15, "{m:?}");
     // Clamped at the top and at the bottom: a point mass on the end atom.
-    let m = qnet::c51_project(&cfg, &p, 100.0, 0.0);
+    let m = qnet::c51_project(&cfg, &p, 100.0, 0.5);
     assert!((m[4] - 1.0).abs() < 1e-15, "{m:?}");
-    let m = qnet::c51_project(&cfg, &p, -100.0, 0.0);
+    let m = qnet::c51_project(&cfg, &p, -100.0, 0.5);
     assert!((m[0] - 1.0).abs() < 1e-15, "{m:?}");
-    // gamma 0.5, r = 0: Tz = z / 2 mixes integer (l == u) and fractional positions.
-    let m = qnet::c51_project(&cfg, &p, 0.0, 0.0);
+    // Discount 0.5, r = 0: Tz = z / 2 mixes integer (l == u) and fractional positions.
+    let m = qnet::c51_project(&cfg, &p, 0.0, 0.5);
     assert!((sum(&m) - 1.0).abs() < 1e-15, "{m:?}");
     // Partly clamped: r = 1.5, Tz = 1.5 + z / 2 clamps the upper atoms.
-    let m = qnet::c51_project(&cfg, &p, 1.5, 0.0);
+    let m = qnet::c51_project(&cfg, &p, 1.5, 0.5);
     assert!((sum(&m) - 1.0).abs() < 1e-15, "{m:?}");
 }
 
@@ -174,7 +176,7 @@ fn c51_projection_keeps_the_mean_when_nothing_clamps() {
     let cfg = c51(5, -2.0, 2.0, 0.5);
     let z = qnet::support(&cfg);
     let p = normalised(&[0.1, 0.3, 0.2, 0.25, 0.15]);
-    let m = qnet::c51_project(&cfg, &p, 0.3, 0.0);
+    let m = qnet::c51_project(&cfg, &p, 0.3, 0.5);
     let mean_m: f64 = m.iter().zip(&z).map(|(a, b)| a * b).sum();
     let mean_tz: f64 = p.iter().zip(&z).map(|(a, b)| a * (f64::from(0.3f32) + 0.5 * b)).sum();
     assert!((mean_m - mean_tz).abs() < 1e-14, "{mean_m} vs {mean_tz}");
@@ -184,14 +186,16 @@ proptest! {
     #[test]
     fn c51_projection_conserves_mass_for_any_support_and_reward(
         atoms in 2usize..64, v_min in -50f32..0.0, width in 0.1f32..100.0, reward in -200f32..200.0,
-        gamma in 0f32..=1.0, done in any::<bool>(), seed in any::<u64>()
+        gamma in 0f32..=1.0, k in 1i32..=5, terminal in any::<bool>(), seed in any::<u64>()
     ) {
         let cfg = c51(atoms, v_min, v_min + width, gamma);
+        // The row's discount as the transition stage makes it: 0, or gamma^k in float.
+        let discount = if terminal { 0.0 } else { (0..k).fold(1.0f32, |d, _| d * gamma) };
         prop_assume!(cfg.validate().is_ok());
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let raw: Vec<f64> = (0..atoms).map(|_| rng.gen_range(0.0..1.0)).collect();
         let p = normalised(&raw);
-        let m = qnet::c51_project(&cfg, &p, reward, if done { 1.0 } else { 0.0 });
+        let m = qnet::c51_project(&cfg, &p, reward, discount);
         let total: f64 = m.iter().sum();
         // NA additions of terms at most 1: a few ulps per atom.
         prop_assert!((total - 1.0).abs() <= 4.0 * atoms as f64 * f64::EPSILON, "sum m = {}", total);
@@ -244,7 +248,7 @@ fn double_dqn_ties_pick_the_lowest_action() {
     let (t, w) = batch(&cfg, 3, 1);
     let f = qnet::forward(&cfg, &p, &t.states);
     let s2 = qnet::forward(&cfg, &p, &t.next_states);
-    let l = qnet::loss(&cfg, &f, &s2, &s2, &t.actions, &t.rewards, &t.dones, &w);
+    let l = qnet::loss(&cfg, &f, &s2, &s2, &t.actions, &t.rewards, &t.discounts, &w);
     assert!(l.next_actions.iter().all(|&a| a == 0), "{:?}", l.next_actions);
 }
 
@@ -257,7 +261,7 @@ fn double_dqn_selects_with_the_online_net_and_evaluates_with_the_target() {
     let f = qnet::forward(&cfg, &online, &t.states);
     let on2 = qnet::forward(&cfg, &online, &t.next_states);
     let tg2 = qnet::forward(&cfg, &target, &t.next_states);
-    let l = qnet::loss(&cfg, &f, &on2, &tg2, &t.actions, &t.rewards, &t.dones, &w);
+    let l = qnet::loss(&cfg, &f, &on2, &tg2, &t.actions, &t.rewards, &t.discounts, &w);
     let kk = cfg.branches.len();
     for i in 0..3 {
         let mut next = 0.0;
@@ -267,7 +271,7 @@ fn double_dqn_selects_with_the_online_net_and_evaluates_with_the_target() {
             assert_eq!(l.next_actions[i * kk + k] as usize, best);
             next += tg2.q[k][i * n + best];
         }
-        let y = f64::from(t.rewards[i]) + cfg.discount() * (1.0 - f64::from(t.dones[i])) * next / kk as f64;
+        let y = f64::from(t.rewards[i]) + f64::from(t.discounts[i]) * next / kk as f64;
         assert!((l.targets[0][i] - y).abs() < 1e-15);
     }
 }

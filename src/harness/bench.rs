@@ -356,13 +356,13 @@ fn fill_and_skew(per: &mut ReplayBuffer, td: &CudaSlice<f32>, rng: &mut ChaCha8R
     Ok(())
 }
 
-/// `n` transitions of random, non-zero content (done is 1 for about 5% of them).
+/// `n` transitions of random, non-zero content (discount 0 for about 5% of them, else gamma^k).
 fn random_transitions(rng: &mut ChaCha8Rng, n: usize) -> Transitions {
     let mut t = Transitions::zeros(n, STATE_DIM);
     t.states.iter_mut().chain(t.next_states.iter_mut()).for_each(|x| *x = rng.gen_range(-1.0..1.0));
     t.actions.iter_mut().for_each(|a| *a = rng.gen_range(0..BRANCH_COUNT as i32));
     t.rewards.iter_mut().for_each(|r| *r = rng.gen_range(-1.0..1.0));
-    t.dones.iter_mut().for_each(|d| *d = if rng.gen_bool(0.05) { 1.0 } else { 0.0 });
+    t.discounts.iter_mut().for_each(|d| *d = crate::harness::parity::replay::random_discount(rng, 0.99, 3, 0.05));
     t
 }
 

@@ -106,6 +106,13 @@ pub fn run(gpu: &Gpu, cases: usize, seed: u64, fixture_dir: &Path, progress: imp
         m.add("replay_gather", parity::replay::check_replay_gather(gpu, &case)?);
         m.add("replay_update_priorities", parity::replay::check_replay_update_priorities(gpu, &case)?);
     }
+    // Its own stream, so that the other stages' cases stay those of earlier reports.
+    let mut transition_rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(400));
+    for i in 0..cases {
+        progress(&format!("transition case {}/{cases}", i + 1));
+        let case = parity::transition::TransitionCase::random(&mut transition_rng);
+        m.add("transition_assemble", parity::transition::check_transition_assemble(gpu, &case)?);
+    }
     progress("schedules");
     for (i, s) in [(0.9, 0.05, 7), (1.0, 0.1, 1000), (0.3, 0.3, 0)].into_iter().enumerate() {
         let sched = tallyho_oracle::schedule::EpsilonSchedule { start: s.0, end: s.1, steps: s.2 };

@@ -14,7 +14,7 @@ fn binding(net: &QNet, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Bindi
     let s = &net.stream;
     let a = |b: &CudaSlice<f32>| address(s, b);
     #[rustfmt::skip]
-    let words = [a(&t.states), a(&t.next_states), address(s, &t.actions), a(&t.rewards), a(&t.dones), a(weights),
+    let words = [a(&t.states), a(&t.next_states), address(s, &t.actions), a(&t.rewards), a(&t.discounts), a(weights),
         a(&net.priorities), a(&net.opt.m), a(&net.opt.v), net.tf32() as u64];
     Binding::of(&words)
 }
@@ -26,7 +26,7 @@ impl QNet {
         self.check_len("next_states", t.next_states.len(), b * s)?;
         self.check_len("actions", t.actions.len(), b * kk)?;
         self.check_len("rewards", t.rewards.len(), b)?;
-        self.check_len("dones", t.dones.len(), b)?;
+        self.check_len("discounts", t.discounts.len(), b)?;
         self.check_len("weights", weights.len(), b)
     }
 
@@ -100,26 +100,24 @@ impl QNet {
     }
 
     /// `qnet_loss` (ending in the batch loss) on the last forward, for the batch's actions,
-    /// rewards, dones and importance weights.
+    /// rewards, bootstrap discounts and importance weights.
     pub fn loss(&mut self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
         self.check_batch(t, weights)?;
         let d = self.d;
         let (na, b32) = (d.na as u32, d.b as u32);
-        let discount = self.cfg.discount();
         let mut l = self.stream.launch_builder(&self.k.loss);
         l.arg(&self.q)
             .arg(&self.log_probs)
             .arg(&self.probs)
             .arg(&t.actions)
             .arg(&t.rewards)
-            .arg(&t.dones)
+            .arg(&t.discounts)
             .arg(weights)
             .arg(&self.shape)
             .arg(&na)
             .arg(&b32)
             .arg(&self.cfg.v_min)
             .arg(&self.cfg.v_max)
-            .arg(&discount)
             .arg(&self.cfg.huber_kappa)
             .arg(&mut self.next_actions)
             .arg(&mut self.sample_loss)
@@ -136,7 +134,7 @@ impl QNet {
         };
         // SAFETY: follows qnet_loss's signature: q, log_probs, probs as written by qnet_head
         // for NETS x 2B rows; actions B x K (each in [0, n_k): the caller's batch, checked by
-        // the oracle's check_batch where it is built), rewards, dones, weights B; outputs
+        // the oracle's check_batch where it is built), rewards, discounts, weights B; outputs
         // next_actions B x K, sample_loss and priorities B, dy B x ow; loss_done a zero word
         // (zeroed at creation, returned to zero by each launch's last block), loss 1 double;
         // QNET_LOSS_LANES threads per branch, the dynamic shared memory the kernel lays out.

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::action::ACTION_BRANCHES;
 use crate::config::{require, ConfigError};
+use crate::transition::MAX_N_STEP;
 
 /// Sizes and constants of the Q-network, its loss and its optimizer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -26,9 +27,12 @@ pub struct QNetConfig {
     pub v_min: f32,
     /// Highest atom of the C51 support (unused when NA = 1).
     pub v_max: f32,
-    /// Discount per step, in [0, 1].
+    /// Discount per step, in [0, 1]: the n-step returns' gamma (the transition stage's). The
+    /// loss does not read it: each replay row carries its own bootstrap discount (gamma^k, or
+    /// 0 after a terminal).
     pub gamma: f32,
-    /// Steps n of the n-step return folded into the reward; the bootstrap discount is gamma^n.
+    /// Steps n of the n-step returns the transition stage assembles (1..=256); the loss reads
+    /// each row's discount instead.
     pub n_step: u32,
     /// Huber threshold kappa (NA = 1 only).
     pub huber_kappa: f32,
@@ -104,6 +108,8 @@ impl QNetConfig {
                 "set v_max above v_min: the C51 support [v_min, v_max] needs a positive width",
             )?;
         }
+        #[rustfmt::skip]
+        require(self.n_step as usize <= MAX_N_STEP, "n_step", self.n_step, "[1, 256]", "use a window of at most 256 steps (n-step returns use a few, e.g. 3)")?;
         let (g, k, lr) = (self.gamma, self.huber_kappa, self.lr);
         require((0.0..=1.0).contains(&g), "gamma", g, "[0, 1]", "use a discount such as 0.99")?;
         require(k > 0.0 && k.is_finite(), "huber_kappa", k, "(0, +inf)", "use a threshold such as 1.0")?;
@@ -120,12 +126,6 @@ impl QNetConfig {
             require(t > 0.0 && t <= 1.0, "polyak_tau", t, "(0, 1]", "use a rate such as 0.005, or None for a hard copy")?;
         }
         Ok(())
-    }
-
-    /// The bootstrap discount `gamma^n_step`, in f64 (`powf` of the widened gamma); the GPU
-    /// receives this value as an argument.
-    pub fn discount(&self) -> f64 {
-        f64::from(self.gamma).powf(f64::from(self.n_step))
     }
 
     /// Number of action branches K.

@@ -38,7 +38,9 @@ fn argmax_lowest(q: &[f64]) -> usize {
 }
 
 /// C51 projection of the target distribution `p` (NA atoms, Bellemare et al. 2017,
-/// Algorithm 1) for reward r and done flag d, with `g = gamma^n (1 - d)`: for each atom i
+/// Algorithm 1) for reward r and the row's bootstrap discount `g` (gamma^k, or 0 after a
+/// terminal: [`Transitions::discounts`](crate::replay::Transitions::discounts)), widened to
+/// f64: for each atom i
 ///
 /// ```text
 /// Tz = clamp(r + g z_i, v_min, v_max)
@@ -49,11 +51,11 @@ fn argmax_lowest(q: &[f64]) -> usize {
 ///
 /// The `l == u` term (b an integer, e.g. Tz clamped to either end) keeps the mass that the
 /// two fractional terms would lose, so `sum m = sum p`. Requires a validated config (NA > 1).
-pub fn c51_project(cfg: &QNetConfig, p: &[f64], reward: f32, done: f32) -> Vec<f64> {
+pub fn c51_project(cfg: &QNetConfig, p: &[f64], reward: f32, discount: f32) -> Vec<f64> {
     let na = cfg.atoms;
     let (lo, hi) = (f64::from(cfg.v_min), f64::from(cfg.v_max));
     let dz = (hi - lo) / (na - 1) as f64;
-    let g = cfg.discount() * (1.0 - f64::from(done));
+    let g = f64::from(discount);
     let r = f64::from(reward);
     let top = (na - 1) as f64;
     let mut m = vec![0.0; na];
@@ -98,7 +100,8 @@ pub fn huber_grad(d: f64, kappa: f64) -> f64 {
 /// `l_ik = CE_k = -sum_z m_z log probs_online(s)[k, a_k, z]` (log-softmax), priority `L_i`.
 ///
 /// Scalar (NA = 1), the BDQ target of Tavakoli et al. 2018 (mean over branches):
-/// `y = r + gamma^n (1 - done) (1/K) sum_k Q_target_k(s', a*_k)`, `TD_k = y - Q_k(s, a_k)`,
+/// `y = r + g (1/K) sum_k Q_target_k(s', a*_k)` with g the row's discount,
+/// `TD_k = y - Q_k(s, a_k)`,
 /// `l_ik = huber(TD_k, kappa)`, priority `mean_k |TD_k|`.
 ///
 /// Both: `L_i = (1/K) sum_k l_ik`, `loss = (1/B) sum_i w_i L_i` (sums in increasing index).
@@ -106,7 +109,8 @@ pub fn huber_grad(d: f64, kappa: f64) -> f64 {
 /// C51 `c_i (probs_z sum_z' m_z' - m_z)` (= `c_i (probs - m)` as `sum m = 1`),
 /// scalar `-c_i huber_grad(TD_k, kappa)`.
 ///
-/// `actions` is B x K (i32), `rewards`, `dones` (0/1), `weights` (importance weights) are B.
+/// `actions` is B x K (i32), `rewards`, `discounts` (the bootstrap discount g of each row:
+/// gamma^k, or 0 after a terminal), `weights` (importance weights) are B.
 /// Requires a batch that [`check_batch`](super::check_batch) accepts.
 #[allow(clippy::too_many_arguments)]
 pub fn loss(
@@ -116,11 +120,11 @@ pub fn loss(
     target_s2: &Forward,
     actions: &[i32],
     rewards: &[f32],
-    dones: &[f32],
+    discounts: &[f32],
     weights: &[f32],
 ) -> Loss {
     let next = next_actions(cfg, online_s2);
-    loss_with_next_actions(cfg, online_s, target_s2, &next, actions, rewards, dones, weights)
+    loss_with_next_actions(cfg, online_s, target_s2, &next, actions, rewards, discounts, weights)
 }
 
 /// Double DQN action choice: `a*_ik = argmax_j q_online_k(s'_i, j)`, lowest j on ties: B x K.
@@ -144,7 +148,7 @@ pub fn loss_with_next_actions(
     next: &[i32],
     actions: &[i32],
     rewards: &[f32],
-    dones: &[f32],
+    discounts: &[f32],
     weights: &[f32],
 ) -> Loss {
     let (b, kk, na) = (online_s.batch, cfg.num_branches(), cfg.atoms);
@@ -161,9 +165,9 @@ pub fn loss_with_next_actions(
     for i in 0..b {
         let c = f64::from(weights[i]) / (b * kk) as f64;
         if na > 1 {
-            c51_row(cfg, i, c, online_s, target_s2, actions, rewards[i], dones[i], &mut out);
+            c51_row(cfg, i, c, online_s, target_s2, actions, rewards[i], discounts[i], &mut out);
         } else {
-            scalar_row(cfg, i, c, online_s, target_s2, actions, rewards[i], dones[i], &mut out);
+            scalar_row(cfg, i, c, online_s, target_s2, actions, rewards[i], discounts[i], &mut out);
         }
         let li = out.branch_loss[i * kk..(i + 1) * kk].iter().sum::<f64>() / kk as f64;
         out.replay_sample_loss[i] = li;
@@ -186,7 +190,7 @@ fn c51_row(
     target_s2: &Forward,
     actions: &[i32],
     reward: f32,
-    done: f32,
+    discount: f32,
     out: &mut Loss,
 ) {
     let (kk, na) = (cfg.num_branches(), cfg.atoms);
@@ -194,7 +198,7 @@ fn c51_row(
         let a = actions[i * kk + k] as usize;
         let a_star = out.next_actions[i * kk + k] as usize;
         let row = |j: usize| (i * n + j) * na..(i * n + j + 1) * na;
-        let m = c51_project(cfg, &target_s2.probs[k][row(a_star)], reward, done);
+        let m = c51_project(cfg, &target_s2.probs[k][row(a_star)], reward, discount);
         let logp = &online_s.log_probs[k][row(a)];
         let p = &online_s.probs[k][row(a)];
         out.branch_loss[i * kk + k] = -m.iter().zip(logp).map(|(mz, lz)| mz * lz).sum::<f64>();
@@ -216,7 +220,7 @@ fn scalar_row(
     target_s2: &Forward,
     actions: &[i32],
     reward: f32,
-    done: f32,
+    discount: f32,
     out: &mut Loss,
 ) {
     let kk = cfg.num_branches();
@@ -228,7 +232,7 @@ fn scalar_row(
         .map(|(k, &n)| target_s2.q[k][i * n + out.next_actions[i * kk + k] as usize])
         .sum::<f64>()
         / kk as f64;
-    let y = f64::from(reward) + cfg.discount() * (1.0 - f64::from(done)) * next;
+    let y = f64::from(reward) + f64::from(discount) * next;
     let mut abs_td = 0.0;
     for (k, &n) in cfg.branches.iter().enumerate() {
         let a = actions[i * kk + k] as usize;

@@ -34,7 +34,7 @@ fn check_len(name: &'static str, got: usize, want: usize, shape: String) -> Resu
 }
 
 /// Checks a batch against a config: B = `rewards.len()` >= 1, states and next states B x S,
-/// actions B x K with each in `[0, n_k)`, dones and weights B. Returns B.
+/// actions B x K with each in `[0, n_k)`, discounts and weights B. Returns B.
 pub fn check_batch(cfg: &QNetConfig, batch: &Transitions, weights: &[f32]) -> Result<usize, QNetError> {
     let (b, s, kk) = (batch.rewards.len(), cfg.state_dim, cfg.num_branches());
     if b == 0 {
@@ -43,7 +43,7 @@ pub fn check_batch(cfg: &QNetConfig, batch: &Transitions, weights: &[f32]) -> Re
     check_len("states", batch.states.len(), b * s, format!("batch {b} x state_dim {s}"))?;
     check_len("next_states", batch.next_states.len(), b * s, format!("batch {b} x state_dim {s}"))?;
     check_len("actions", batch.actions.len(), b * kk, format!("batch {b} x {kk} branches"))?;
-    check_len("dones", batch.dones.len(), b, format!("batch {b}"))?;
+    check_len("discounts", batch.discounts.len(), b, format!("batch {b}"))?;
     check_len("weights", weights.len(), b, format!("batch {b}"))?;
     for (row, acts) in batch.actions.chunks_exact(kk).enumerate() {
         for (branch, (&value, &choices)) in acts.iter().zip(&cfg.branches).enumerate() {
@@ -93,7 +93,7 @@ pub fn update_step(
     let fwd_s = forward(cfg, online, &batch.states);
     let online_s2 = forward(cfg, online, &batch.next_states);
     let target_s2 = forward(cfg, target, &batch.next_states);
-    let l = loss(cfg, &fwd_s, &online_s2, &target_s2, &batch.actions, &batch.rewards, &batch.dones, weights);
+    let l = loss(cfg, &fwd_s, &online_s2, &target_s2, &batch.actions, &batch.rewards, &batch.discounts, weights);
     let mut g = backward(cfg, online, &fwd_s, &l);
     let norm = grad_norm(&g);
     let clip_scale = clip_grads(&mut g, f64::from(cfg.grad_clip));

@@ -1,7 +1,7 @@
 //! GPU-vs-oracle checks, one per kernel, written once and used by the property tests, the
 //! fixture replays and `tallyho verify`. Each runs the kernel on fresh inputs, runs the
 //! oracle on the same inputs, and returns one `Comparison` per output. One file per stage:
-//! `philox`, `replay`, `optimizer`, `qnet`, `env`, `reward`; here the helpers they share.
+//! `philox`, `replay`, `optimizer`, `qnet`, `env`, `reward`, `schedule`, `transition`; here the helpers they share.
 
 pub mod env;
 pub mod optimizer;
@@ -10,6 +10,7 @@ pub mod qnet;
 pub mod replay;
 pub mod reward;
 pub mod schedule;
+pub mod transition;
 
 use rand::Rng;
 use tallyho_oracle::Comparison;

@@ -310,7 +310,7 @@ pub fn check_qnet_loss(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
     let tg_s2 = forward_of_gpu(cfg, &tg, &t.next_states, b..2 * b);
     let got = st.net.read_loss()?;
     let want_next = spec::next_actions(cfg, &on_s2);
-    let want = spec::loss_with_next_actions(cfg, &on_s, &tg_s2, &want_next, &t.actions, &t.rewards, &t.dones, &st.weights);
+    let want = spec::loss_with_next_actions(cfg, &on_s, &tg_s2, &want_next, &t.actions, &t.rewards, &t.discounts, &st.weights);
     let sample_loss: Vec<f32> = got.sample_loss.iter().map(|&v| v as f32).collect();
     Ok(vec![
         compare_exact("next actions", &got.next_actions, &want_next),

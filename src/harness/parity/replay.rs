@@ -46,7 +46,8 @@ impl ReplayCase {
     }
 }
 
-/// `n` random transitions: states in [-2, 2), actions in their branch ranges, done 0/1.
+/// `n` random transitions: states in [-2, 2), actions in their branch ranges, discounts 0
+/// (a terminal, about 10%) or gamma^k for gamma 0.99 and k in 1..=5 (float products).
 pub fn random_transitions(rng: &mut impl Rng, n: usize, state_dim: usize) -> Transitions {
     let mut t = Transitions::zeros(n, state_dim);
     t.states.iter_mut().chain(t.next_states.iter_mut()).for_each(|x| *x = rng.gen_range(-2.0..2.0));
@@ -54,8 +55,18 @@ pub fn random_transitions(rng: &mut impl Rng, n: usize, state_dim: usize) -> Tra
         *a = rng.gen_range(0..(tallyho_oracle::action::ACTION_BRANCHES[k % BRANCH_COUNT] as i32));
     }
     t.rewards.iter_mut().for_each(|x| *x = rng.gen_range(-1.0..1.0));
-    t.dones.iter_mut().for_each(|x| *x = if rng.gen_bool(0.1) { 1.0 } else { 0.0 });
+    t.discounts.iter_mut().for_each(|x| *x = random_discount(rng, 0.99, 5, 0.1));
     t
+}
+
+/// A bootstrap discount as the transition stage makes it: 0 with probability `terminal`,
+/// else gamma^k (k float products of 1.0 by gamma) for k uniform in 1..=n.
+pub fn random_discount(rng: &mut impl Rng, gamma: f32, n: usize, terminal: f64) -> f32 {
+    if rng.gen_bool(terminal) {
+        0.0
+    } else {
+        (0..rng.gen_range(1..=n)).fold(1.0f32, |d, _| d * gamma)
+    }
 }
 
 /// A random replay state: random fill level (full or not), cursor anywhere, priorities
@@ -100,7 +111,7 @@ pub fn compare_transitions(got: &Transitions, want: &Transitions) -> Vec<Compari
         compare_bitwise("next_states", &got.next_states, &want.next_states),
         compare_exact("actions", &got.actions, &want.actions),
         compare_bitwise("rewards", &got.rewards, &want.rewards),
-        compare_bitwise("dones", &got.dones, &want.dones),
+        compare_bitwise("discounts", &got.discounts, &want.discounts),
     ]
 }
 
