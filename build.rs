@@ -27,18 +27,33 @@ fn main() {
         "// One constant per entry point of every cuda/<file>.cu, in a module named after the file:\n\
          // launch sites name kernels through these, never by a string literal.\n",
     );
-    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "cu")) {
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "cu"))
+    {
         let name = file.file_stem().unwrap().to_str().unwrap().to_string();
         let mut seen = BTreeSet::new();
         let source = inline(file, &cuda, &mut seen);
         let entries = entry_points(&source);
         if entries.is_empty() {
-            panic!("{} declares no extern \"C\" __global__ entry point", file.display());
+            panic!(
+                "{} declares no extern \"C\" __global__ entry point",
+                file.display()
+            );
         }
         let hash = hex(&Sha256::digest(source.as_bytes()));
-        writeln!(consts, "/// The entry points of cuda/{name}.cu.\npub mod {name} {{\n    use super::Entry;").unwrap();
+        writeln!(
+            consts,
+            "/// The entry points of cuda/{name}.cu.\npub mod {name} {{\n    use super::Entry;"
+        )
+        .unwrap();
         for e in &entries {
-            writeln!(consts, "    pub const {}: Entry = Entry {{ file: {name:?}, name: {e:?} }};", e.to_uppercase()).unwrap();
+            writeln!(
+                consts,
+                "    pub const {}: Entry = Entry {{ file: {name:?}, name: {e:?} }};",
+                e.to_uppercase()
+            )
+            .unwrap();
         }
         writeln!(consts, "}}").unwrap();
         let generated = out_dir.join(format!("{name}.cu"));
@@ -56,7 +71,8 @@ fn main() {
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display())) {
+    for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+    {
         let path = entry.unwrap().path();
         if path.is_dir() {
             walk(&path, out);
@@ -68,7 +84,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The file with every `#include "relative/path"` replaced by that file's (once-only) text.
 fn inline(file: &Path, cuda: &Path, seen: &mut BTreeSet<PathBuf>) -> String {
-    let text = fs::read_to_string(file).unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
+    let text =
+        fs::read_to_string(file).unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
     let mut out = String::new();
     for line in text.lines() {
         let t = line.trim();
@@ -78,7 +95,9 @@ fn inline(file: &Path, cuda: &Path, seen: &mut BTreeSet<PathBuf>) -> String {
         if let Some(rest) = t.strip_prefix("#include \"") {
             let rel = rest.trim_end_matches('"');
             let path = cuda.join(rel);
-            let key = path.canonicalize().unwrap_or_else(|e| panic!("{}: #include \"{rel}\": {e}", file.display()));
+            let key = path
+                .canonicalize()
+                .unwrap_or_else(|e| panic!("{}: #include \"{rel}\": {e}", file.display()));
             if seen.insert(key) {
                 writeln!(out, "// ---- begin {rel}").unwrap();
                 out.push_str(&inline(&path, cuda, seen));
@@ -99,10 +118,18 @@ fn entry_points(source: &str) -> Vec<String> {
         rest = &rest[at..];
         // The name is the token before the parameter list's '(' (skipping a
         // `__launch_bounds__(...)` between the return type and the name).
-        let mut open = rest.find('(').expect("entry point without a parameter list");
+        let mut open = rest
+            .find('(')
+            .expect("entry point without a parameter list");
         while rest[..open].split_whitespace().last() == Some("__launch_bounds__") {
-            let close = open + rest[open..].find(')').expect("__launch_bounds__ without ')'");
-            open = close + rest[close..].find('(').expect("entry point without a parameter list");
+            let close = open
+                + rest[open..]
+                    .find(')')
+                    .expect("__launch_bounds__ without ')'");
+            open = close
+                + rest[close..]
+                    .find('(')
+                    .expect("entry point without a parameter list");
         }
         let name = rest[..open].split_whitespace().last().unwrap().to_string();
         names.push(name);

@@ -27,9 +27,18 @@ pub enum Error {
     #[error("CUDA driver error: {0}")]
     Driver(#[from] DriverError),
     #[error("out of device memory allocating {what} (~{mib} MiB): {fix}")]
-    OutOfMemory { what: String, mib: usize, fix: String },
+    OutOfMemory {
+        what: String,
+        mib: usize,
+        fix: String,
+    },
     #[error("NVRTC could not compile cuda/{kernel}.cu for {arch} (options {options:?}):\n{log}")]
-    Compile { kernel: String, arch: String, options: Vec<String>, log: String },
+    Compile {
+        kernel: String,
+        arch: String,
+        options: Vec<String>,
+        log: String,
+    },
     #[error("kernel {0:?} is not in the kernel table: is cuda/{0}.cu present, and does it declare that entry point?")]
     UnknownKernel(String),
     /// A cuBLASLt call failed at run time.
@@ -46,6 +55,9 @@ pub enum Error {
     /// Market data that could not be loaded or validated.
     #[error(transparent)]
     Data(#[from] MarketError),
+    /// A training run that stopped (a non-finite value, or the CPU backend's refusal).
+    #[error("{0}")]
+    Train(String),
     #[error("fixture {0}")]
     Fixture(String),
     #[error("{what}: {err}")]

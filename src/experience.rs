@@ -51,7 +51,12 @@ pub struct Experience {
 /// What an [`Experience`] checks a step's env (as `act_env`) and network against.
 fn pair_of(act_env: &ActEnv, net: &QNet) -> [u64; 4] {
     let (params, heads) = net.act_addresses();
-    [act_env.states_address(), params, heads, u64::from(net.act_aligned())]
+    [
+        act_env.states_address(),
+        params,
+        heads,
+        u64::from(net.act_aligned()),
+    ]
 }
 
 impl Experience {
@@ -91,7 +96,10 @@ impl Experience {
     pub fn step(&self, env: &mut Env, net: &QNet, acting: &mut Acting) -> Result<()> {
         let envs = env.config().envs;
         if acting.rows() != envs {
-            return Err(Error::Shape(format!("acting buffers of {} rows for {envs} envs: make them with QNet::acting({envs})", acting.rows())));
+            return Err(Error::Shape(format!(
+                "acting buffers of {} rows for {envs} envs: make them with QNet::acting({envs})",
+                acting.rows()
+            )));
         }
         let act_env = env.act_env();
         if pair_of(&act_env, net) != self.made_for {
@@ -135,13 +143,29 @@ impl Experience {
         let (e, (params, heads)) = (env.act_env(), net.act_addresses());
         // Everything the captured launches read or write, and every switch that changes
         // which launches they are: a replay over anything else is refused.
-        let path = [self.in_one_launch(env, net) as u64, net.act_block_rows(e.envs()).unwrap_or(0) as u64, net.tf32() as u64];
+        let path = [
+            self.in_one_launch(env, net) as u64,
+            net.act_block_rows(e.envs()).unwrap_or(0) as u64,
+            net.tf32() as u64,
+        ];
         let mut words = [0u64; 26 + 4 + 2 + 5 + 3];
-        let parts: [&[u64]; 5] = [&e.addresses(), &env.epsilon.binding_words(), &[params, heads], &acting.addresses(&stream), &path];
+        let parts: [&[u64]; 5] = [
+            &e.addresses(),
+            &env.epsilon.binding_words(),
+            &[params, heads],
+            &acting.addresses(&stream),
+            &path,
+        ];
         for (w, v) in words.iter_mut().zip(parts.into_iter().flatten()) {
             *w = *v;
         }
-        GraphSlot::run_on(self, |x| &mut x.graph, &stream, Binding::of(&words), |x| x.step(env, net, acting))
+        GraphSlot::run_on(
+            self,
+            |x| &mut x.graph,
+            &stream,
+            Binding::of(&words),
+            |x| x.step(env, net, acting),
+        )
     }
 
     pub fn graph_phase(&self) -> Phase {

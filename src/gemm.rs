@@ -31,8 +31,16 @@ impl Layout {
     }
     /// Elements the stored matrix spans when used as `rows x cols`.
     fn span(&self, rows: usize, cols: usize) -> usize {
-        let (r, c) = if self.trans { (cols, rows) } else { (rows, cols) };
-        if r == 0 || c == 0 { 0 } else { (r - 1) * self.ld + c }
+        let (r, c) = if self.trans {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
+        if r == 0 || c == 0 {
+            0
+        } else {
+            (r - 1) * self.ld + c
+        }
     }
     fn valid(&self, rows: usize, cols: usize) -> bool {
         self.ld >= if self.trans { rows } else { cols }
@@ -53,7 +61,9 @@ pub struct Gemm {
 
 impl Gemm {
     pub fn new(stream: &Arc<CudaStream>) -> Result<Self> {
-        Ok(Gemm { lt: LtEngine::new(stream)? })
+        Ok(Gemm {
+            lt: LtEngine::new(stream)?,
+        })
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -102,7 +112,24 @@ impl Gemm {
         Self::check("A", a.len(), la, m, k)?;
         Self::check("B", b.len(), lb, k, n)?;
         Self::check("C", c.len(), Layout::plain(ldc), m, n)?;
-        self.lt.run(Shape { m, n, k, la, lb, ldc, batch: 1, strides: (0, 0, 0) }, alpha, a, b, beta, c, Epilogue::None)
+        self.lt.run(
+            Shape {
+                m,
+                n,
+                k,
+                la,
+                lb,
+                ldc,
+                batch: 1,
+                strides: (0, 0, 0),
+            },
+            alpha,
+            a,
+            b,
+            beta,
+            c,
+            Epilogue::None,
+        )
     }
 
     /// `count` products at once, operand i at offset `i * stride` of each buffer (a stride
@@ -131,11 +158,28 @@ impl Gemm {
         let last = count.saturating_sub(1);
         Self::check("A", a.len().saturating_sub(last * stride_a), la, m, k)?;
         Self::check("B", b.len().saturating_sub(last * stride_b), lb, k, n)?;
-        Self::check("C", c.len().saturating_sub(last * stride_c), Layout::plain(ldc), m, n)?;
+        Self::check(
+            "C",
+            c.len().saturating_sub(last * stride_c),
+            Layout::plain(ldc),
+            m,
+            n,
+        )?;
         if stride_c < m * ldc && count > 1 {
-            return Err(Error::Shape(format!("gemm_batched: output stride {stride_c} overlaps {m} rows of ld {ldc}")));
+            return Err(Error::Shape(format!(
+                "gemm_batched: output stride {stride_c} overlaps {m} rows of ld {ldc}"
+            )));
         }
-        let sh = Shape { m, n, k, la, lb, ldc, batch: count, strides: (stride_a, stride_b, stride_c) };
+        let sh = Shape {
+            m,
+            n,
+            k,
+            la,
+            lb,
+            ldc,
+            batch: count,
+            strides: (stride_a, stride_b, stride_c),
+        };
         self.lt.run(sh, alpha, a, b, beta, c, epilogue)
     }
 }
@@ -201,7 +245,10 @@ impl Drop for Plan {
 /// without a split; at B = 256 every product measured faster without). Only the schemes
 /// that reduce through the workspace in a fixed order are allowed, never the in-place one.
 fn reduction_schemes(key: &PlanKey) -> u32 {
-    use ltsys::cublasLtReductionScheme_t::{CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, CUBLASLT_REDUCTION_SCHEME_NONE, CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE};
+    use ltsys::cublasLtReductionScheme_t::{
+        CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, CUBLASLT_REDUCTION_SCHEME_NONE,
+        CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE,
+    };
     let tiles = key.m.div_ceil(64) * key.n.div_ceil(64) * key.batch;
     if tiles < 66 && key.k >= 1024 {
         CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32 | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE as u32
@@ -235,7 +282,10 @@ impl Drop for LtEngine {
 }
 
 fn lt_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Gemm { op: what.to_string(), detail: e.to_string() }
+    Error::Gemm {
+        op: what.to_string(),
+        detail: e.to_string(),
+    }
 }
 
 impl LtEngine {
@@ -260,9 +310,15 @@ impl LtEngine {
     /// The column-major problem of row-major `C = op(A) op(B)`: `C^T = op(B)^T op(A)^T`,
     /// so Lt's A is our B and its B our A.
     fn plan(&self, key: &PlanKey) -> Result<Plan> {
-        use ltsys::cublasLtMatmulDescAttributes_t::{CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_MATMUL_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSB};
-        use ltsys::cublasLtMatmulPreferenceAttributes_t::{CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK};
-        use ltsys::cublasLtMatrixLayoutAttribute_t::{CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET};
+        use ltsys::cublasLtMatmulDescAttributes_t::{
+            CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_MATMUL_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSB,
+        };
+        use ltsys::cublasLtMatmulPreferenceAttributes_t::{
+            CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+        };
+        use ltsys::cublasLtMatrixLayoutAttribute_t::{
+            CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+        };
         let f32t = ltsys::cudaDataType_t::CUDA_R_32F;
         let (m, n, k) = (key.m as u64, key.n as u64, key.k as u64);
         let compute = if key.tf32 {
@@ -270,8 +326,13 @@ impl LtEngine {
         } else {
             ltsys::cublasComputeType_t::CUBLAS_COMPUTE_32F
         };
-        let desc = lt::create_matmul_desc(compute, f32t).map_err(|e| lt_err("matmul descriptor", e))?;
-        let mut plan = Plan { desc, layouts: [std::ptr::null_mut(); 3], algo: ltsys::cublasLtMatmulAlgo_t { data: [0; 8] } };
+        let desc =
+            lt::create_matmul_desc(compute, f32t).map_err(|e| lt_err("matmul descriptor", e))?;
+        let mut plan = Plan {
+            desc,
+            layouts: [std::ptr::null_mut(); 3],
+            algo: ltsys::cublasLtMatmulAlgo_t { data: [0; 8] },
+        };
         // cublasOperation_t: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 (a 32-bit enum).
         let op = |t: bool| -> i32 { i32::from(t) };
         let (opa, opb) = (op(key.tb), op(key.ta));
@@ -282,27 +343,49 @@ impl LtEngine {
         // SAFETY: each attribute gets a pointer to a value of the type cuBLASLt documents
         // for it, with that type's size.
         unsafe {
-            let set = |a, p: *const std::ffi::c_void, s| lt::set_matmul_desc_attribute(desc, a, p, s);
-            set(CUBLASLT_MATMUL_DESC_TRANSA, (&opa as *const i32).cast(), 4).map_err(|e| lt_err("transa", e))?;
-            set(CUBLASLT_MATMUL_DESC_TRANSB, (&opb as *const i32).cast(), 4).map_err(|e| lt_err("transb", e))?;
-            set(CUBLASLT_MATMUL_DESC_EPILOGUE, (&epilogue as *const ltsys::cublasLtEpilogue_t).cast(), 4)
-                .map_err(|e| lt_err("epilogue", e))?;
+            let set =
+                |a, p: *const std::ffi::c_void, s| lt::set_matmul_desc_attribute(desc, a, p, s);
+            set(CUBLASLT_MATMUL_DESC_TRANSA, (&opa as *const i32).cast(), 4)
+                .map_err(|e| lt_err("transa", e))?;
+            set(CUBLASLT_MATMUL_DESC_TRANSB, (&opb as *const i32).cast(), 4)
+                .map_err(|e| lt_err("transb", e))?;
+            set(
+                CUBLASLT_MATMUL_DESC_EPILOGUE,
+                (&epilogue as *const ltsys::cublasLtEpilogue_t).cast(),
+                4,
+            )
+            .map_err(|e| lt_err("epilogue", e))?;
         }
         // Stored (pre-op) column-major shapes: Lt's A = our B, Lt's B = our A, D = C^T.
         let a_dims = if key.tb { (k, n) } else { (n, k) };
         let b_dims = if key.ta { (m, k) } else { (k, m) };
-        let dims = [(a_dims, key.ldb, key.strides.1), (b_dims, key.lda, key.strides.0), ((n, m), key.ldc, key.strides.2)];
+        let dims = [
+            (a_dims, key.ldb, key.strides.1),
+            (b_dims, key.lda, key.strides.0),
+            ((n, m), key.ldc, key.strides.2),
+        ];
         for (i, ((rows, cols), ld, stride)) in dims.into_iter().enumerate() {
-            let l = lt::create_matrix_layout(f32t, rows, cols, ld as i64).map_err(|e| lt_err("layout", e))?;
+            let l = lt::create_matrix_layout(f32t, rows, cols, ld as i64)
+                .map_err(|e| lt_err("layout", e))?;
             plan.layouts[i] = l;
             if key.batch > 1 {
                 let (count, offset) = (key.batch as i32, stride as i64);
                 // SAFETY: i32 batch count and i64 stride, as documented.
                 unsafe {
-                    lt::set_matrix_layout_attribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, (&count as *const i32).cast(), 4)
-                        .map_err(|e| lt_err("batch count", e))?;
-                    lt::set_matrix_layout_attribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, (&offset as *const i64).cast(), 8)
-                        .map_err(|e| lt_err("batch stride", e))?;
+                    lt::set_matrix_layout_attribute(
+                        l,
+                        CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                        (&count as *const i32).cast(),
+                        4,
+                    )
+                    .map_err(|e| lt_err("batch count", e))?;
+                    lt::set_matrix_layout_attribute(
+                        l,
+                        CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                        (&offset as *const i64).cast(),
+                        8,
+                    )
+                    .map_err(|e| lt_err("batch stride", e))?;
                 }
             }
         }
@@ -311,16 +394,34 @@ impl LtEngine {
         // SAFETY: u64 workspace bytes and a u32 reduction-scheme mask, as documented; the
         // descriptors and layouts are the ones just made; pref is destroyed right after.
         let heuristic = unsafe {
-            let r = lt::set_matmul_pref_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, (&ws as *const u64).cast(), 8)
-                .and_then(|_| {
-                    lt::set_matmul_pref_attribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, (&reduction as *const u32).cast(), 4)
-                })
-                .and_then(|_| {
-                    let [a, b, c] = plan.layouts;
-                    lt::get_matmul_algo_heuristic(self.handle, desc, a, b, c, c, pref)
-                });
+            let r = lt::set_matmul_pref_attribute(
+                pref,
+                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&ws as *const u64).cast(),
+                8,
+            )
+            .and_then(|_| {
+                lt::set_matmul_pref_attribute(
+                    pref,
+                    CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                    (&reduction as *const u32).cast(),
+                    4,
+                )
+            })
+            .and_then(|_| {
+                let [a, b, c] = plan.layouts;
+                lt::get_matmul_algo_heuristic(self.handle, desc, a, b, c, c, pref)
+            });
             let _ = lt::destroy_matmul_pref(pref);
-            r.map_err(|e| lt_err(&format!("no algorithm for {}x{}x{} (batch {})", key.m, key.n, key.k, key.batch), e))?
+            r.map_err(|e| {
+                lt_err(
+                    &format!(
+                        "no algorithm for {}x{}x{} (batch {})",
+                        key.m, key.n, key.k, key.batch
+                    ),
+                    e,
+                )
+            })?
         };
         plan.algo = heuristic.algo;
         Ok(plan)
@@ -385,6 +486,11 @@ impl LtEngine {
                 s.cu_stream() as *mut _,
             )
         }
-        .map_err(|e| lt_err(&format!("matmul {}x{}x{} (batch {})", sh.m, sh.n, sh.k, sh.batch), e))
+        .map_err(|e| {
+            lt_err(
+                &format!("matmul {}x{}x{} (batch {})", sh.m, sh.n, sh.k, sh.batch),
+                e,
+            )
+        })
     }
 }

@@ -74,7 +74,11 @@ impl Default for GraphSlot {
 
 impl GraphSlot {
     pub fn new(name: &'static str) -> Self {
-        GraphSlot { name, state: State::Warmup, bound: None }
+        GraphSlot {
+            name,
+            state: State::Warmup,
+            bound: None,
+        }
     }
 
     pub fn phase(&self) -> Phase {
@@ -87,18 +91,28 @@ impl GraphSlot {
 
     /// The captured graph's node count (one per kernel launch or copy), once captured.
     pub fn nodes(&self) -> Result<Option<usize>> {
-        let State::Replay(graph) = &self.state else { return Ok(None) };
+        let State::Replay(graph) = &self.state else {
+            return Ok(None);
+        };
         let mut count = 0usize;
         // SAFETY: the graph is alive while this slot holds it; a null node array asks the
         // driver for the count only.
-        unsafe { cudarc::driver::sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut count) }.result()?;
+        unsafe {
+            cudarc::driver::sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut count)
+        }
+        .result()?;
         Ok(Some(count))
     }
 
     /// Run one step of `body` on `stream` (see the module doc). `binding` names the device
     /// buffers `body` works on: a run with another binding than the first is an error rather
     /// than a silent replay over the old buffers.
-    pub fn run(&mut self, stream: &Arc<CudaStream>, binding: Binding, body: impl FnOnce() -> Result<()>) -> Result<()> {
+    pub fn run(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        binding: Binding,
+        body: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         if let Some(b) = self.bound {
             if b != binding {
                 return Err(Error::Graph {
@@ -122,7 +136,10 @@ impl GraphSlot {
                 let captured = body();
                 let graph = stream.end_capture(CUgraphInstantiate_flags(0));
                 captured?;
-                let graph = graph?.ok_or_else(|| Error::Graph { name: self.name, why: "capture recorded no work".into() })?;
+                let graph = graph?.ok_or_else(|| Error::Graph {
+                    name: self.name,
+                    why: "capture recorded no work".into(),
+                })?;
                 refuse_host_work(self.name, &graph)?;
                 graph.launch()?;
                 self.state = State::Replay(graph);

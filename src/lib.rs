@@ -2,9 +2,9 @@
 //! has a CPU reference in `tallyho-oracle` and is checked against it.
 
 pub mod env;
-pub mod gemm;
 pub mod error;
 pub mod experience;
+pub mod gemm;
 pub mod graph;
 pub mod harness;
 pub mod optimizer;
@@ -14,6 +14,8 @@ pub mod replay;
 pub mod reward;
 pub mod runtime;
 pub mod schedule;
+pub mod train;
+pub mod trainer;
 pub mod transition;
 
 pub use error::{Error, Result};

@@ -7,7 +7,11 @@ use tallyho::harness::fixtures::{self, Replayer};
 use tallyho::Gpu;
 
 #[derive(Parser)]
-#[command(name = "tallyho", version, about = "GPU-resident DQN trainer whose every kernel is checked against a CPU oracle")]
+#[command(
+    name = "tallyho",
+    version,
+    about = "GPU-resident DQN trainer whose every kernel is checked against a CPU oracle"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -15,6 +19,31 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Train: the embedded synthetic market by default, on the GPU where there is one (else
+    /// the CPU oracle, a smaller run of about a minute); metrics to DIR/metrics.jsonl.
+    Train {
+        /// A folder of LEAN minute zips, or a headed CSV file; none: the synthetic default.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Training steps (each steps every env once); default 30000 on a GPU, 10000 on the CPU.
+        #[arg(long)]
+        steps: Option<u64>,
+        /// Parallel envs N; default 1024 on a GPU, 16 on the CPU.
+        #[arg(long)]
+        envs: Option<usize>,
+        /// Run seed (envs, network initialisation, replay sampling).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run folder for metrics.jsonl and config.json; refused if it already holds a run.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Which trainer: auto (CUDA with a GPU, else the CPU oracle), cpu or cuda.
+        #[arg(long, value_enum, default_value_t = tallyho::train::BackendChoice::Auto)]
+        backend: tallyho::train::BackendChoice,
+        /// Steps between metric reads (and metrics.jsonl lines).
+        #[arg(long)]
+        metrics_every: Option<u32>,
+    },
     /// Run the GPU-vs-oracle parity matrix and print a table; exits non-zero on any failure.
     Verify {
         /// Random cases per replay kernel.
@@ -72,6 +101,9 @@ enum BenchWhat {
     Reward(BenchArgs),
     /// Q-network: one full update at B = 256 and 1024 and its parts, eager and graph-replayed.
     Qnet(BenchArgs),
+    /// The whole training step at N = 16 .. 4096 (U = 1, B = 256, 2^20 replay rows): eager,
+    /// graph, graph with the unfused reward, each phase, back-to-back replay, device memory.
+    Train(BenchArgs),
 }
 
 /// What every benchmark takes.
@@ -118,12 +150,20 @@ fn market_summary(data: Option<&std::path::Path>) -> Result<()> {
     use tallyho_oracle::market::{self, EpochMs, SyntheticConfig};
     let (source, bars) = match data {
         Some(p) => (p.display().to_string(), market::load(p)?),
-        None => ("the embedded synthetic market (seeded, SyntheticConfig::default)".to_string(), market::synthetic(&SyntheticConfig::default())?),
+        None => (
+            "the embedded synthetic market (seeded, SyntheticConfig::default)".to_string(),
+            market::synthetic(&SyntheticConfig::default())?,
+        ),
     };
     let m = features::build(&bars, &FeatureConfig::default())?;
     let (first, last) = (bars.time_ms[0], bars.time_ms[bars.len() - 1]);
     println!("source: {source}");
-    println!("bars: {} from {} to {}", bars.len(), EpochMs(first), EpochMs(last));
+    println!(
+        "bars: {} from {} to {}",
+        bars.len(),
+        EpochMs(first),
+        EpochMs(last)
+    );
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let spread: Vec<f64> = bars.ask.iter().zip(&bars.bid).map(|(a, b)| a - b).collect();
     println!(
@@ -135,12 +175,26 @@ fn market_summary(data: Option<&std::path::Path>) -> Result<()> {
         mean(&spread),
         mean(&bars.volume)
     );
-    println!("warm-up bars [0, {}), training split [{}, {}), test split [{}, {})", m.first_bar, m.first_bar, m.train_end, m.train_end, m.bars);
+    println!(
+        "warm-up bars [0, {}), training split [{}, {}), test split [{}, {})",
+        m.first_bar, m.first_bar, m.train_end, m.train_end, m.bars
+    );
     println!("features (normalised with training-split statistics):");
     for (j, name) in FEATURE_NAMES.iter().enumerate() {
-        println!("  {name:<12} mean {:>12.5e}  std {:>12.5e}", m.mean[j], m.std[j]);
+        println!(
+            "  {name:<12} mean {:>12.5e}  std {:>12.5e}",
+            m.mean[j], m.std[j]
+        );
     }
     Ok(())
+}
+
+/// `runs/train-<unix seconds>`: a fresh folder per run.
+fn default_run_dir() -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    PathBuf::from("runs").join(format!("train-{secs}"))
 }
 
 fn write(path: &PathBuf, text: &str) -> Result<()> {
@@ -149,14 +203,69 @@ fn write(path: &PathBuf, text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Train {
+            data,
+            steps,
+            envs,
+            seed,
+            out,
+            backend,
+            metrics_every,
+        } => {
+            let market = tallyho::env::load_market(data.as_deref())?;
+            let out = out.unwrap_or_else(default_run_dir);
+            let opts = tallyho::train::TrainOptions {
+                data,
+                steps,
+                envs,
+                seed,
+                out,
+                backend,
+                metrics_every,
+            };
+            let s = tallyho::train::run(&opts, &market, |line| eprintln!("{line}"))?;
+            let tail = match &s.last {
+                Some(m) => format!(
+                    "last window: loss {}, reward {:.4}, pnl {:.0}, {} trades, epsilon {:.3}",
+                    m.loss.map_or("-".into(), |l| format!("{l:.4}")),
+                    m.reward,
+                    m.pnl,
+                    m.trades,
+                    m.epsilon
+                ),
+                None => String::new(),
+            };
+            println!(
+                "trained {} steps ({} transitions) on the {} backend in {:.1} s ({:.0} transitions/s); {tail}",
+                s.steps,
+                s.transitions,
+                s.backend,
+                s.seconds,
+                s.transitions as f64 / s.seconds.max(1e-9)
+            );
+            println!("metrics: {}", s.metrics_path.display());
+        }
         Command::Market { data } => market_summary(data.as_deref())?,
-        Command::Verify { cases, seed, fixtures: dir, json, markdown } => {
+        Command::Verify {
+            cases,
+            seed,
+            fixtures: dir,
+            json,
+            markdown,
+        } => {
             if cases == 0 {
                 bail!("--cases 0 checks nothing: give at least 1");
             }
             let gpu = Gpu::new().context("tallyho verify runs the kernels on a GPU")?;
-            eprintln!("verify on {} (driver {}, {}), {cases} cases per kernel, seed {seed}", gpu.name(), gpu.driver_version(), gpu.arch());
-            let report = tallyho::harness::verify::run(&gpu, cases, seed, &dir, |what| eprintln!("  checking {what}"))?;
+            eprintln!(
+                "verify on {} (driver {}, {}), {cases} cases per kernel, seed {seed}",
+                gpu.name(),
+                gpu.driver_version(),
+                gpu.arch()
+            );
+            let report = tallyho::harness::verify::run(&gpu, cases, seed, &dir, |what| {
+                eprintln!("  checking {what}")
+            })?;
             if let Some(p) = json {
                 write(&p, &serde_json::to_string_pretty(&report)?)?;
             }
@@ -166,7 +275,10 @@ fn run(cli: Cli) -> Result<()> {
             print!("{}", tallyho::harness::verify::text_table(&report));
             let failed = report.rows.iter().filter(|r| !r.passed).count();
             if failed > 0 {
-                bail!("{failed} of {} kernel outputs failed parity", report.rows.len());
+                bail!(
+                    "{failed} of {} kernel outputs failed parity",
+                    report.rows.len()
+                );
             }
             println!("all {} kernel outputs within tolerance", report.rows.len());
         }
@@ -178,24 +290,51 @@ fn run(cli: Cli) -> Result<()> {
                 BenchWhat::Env(a) => ("env", a, bench::bench_env),
                 BenchWhat::Reward(a) => ("reward", a, bench::bench_reward),
                 BenchWhat::Qnet(a) => ("qnet", a, bench::bench_qnet),
+                BenchWhat::Train(a) => ("train", a, tallyho::harness::bench_train::bench_train),
             };
-            let BenchArgs { reps, warmup, quick, json } = args;
+            let BenchArgs {
+                reps,
+                warmup,
+                quick,
+                json,
+            } = args;
             let gpu = Gpu::new().context("tallyho bench runs on a GPU")?;
-            eprintln!("bench {name} on {} (driver {}), {reps} reps, {warmup} warm-up", gpu.name(), gpu.driver_version());
-            let rows = run(&gpu, &BenchOptions { reps, warmup, quick })?;
+            eprintln!(
+                "bench {name} on {} (driver {}), {reps} reps, {warmup} warm-up",
+                gpu.name(),
+                gpu.driver_version()
+            );
+            let rows = run(
+                &gpu,
+                &BenchOptions {
+                    reps,
+                    warmup,
+                    quick,
+                },
+            )?;
             if let Some(p) = json {
                 write(&p, &serde_json::to_string_pretty(&rows)?)?;
             }
             print!("{}", bench::format_table(&rows));
         }
-        Command::Fixtures { action: FixturesAction::Record { dir } } => {
+        Command::Fixtures {
+            action: FixturesAction::Record { dir },
+        } => {
             let gpu = Gpu::new().context("recording fixtures runs the kernels on a GPU")?;
             let m = fixtures::record(&gpu, &dir)?;
-            println!("recorded {} kernels on {} (driver {}) into {}", m.kernels.len(), m.device, m.driver, dir.display());
+            println!(
+                "recorded {} kernels on {} (driver {}) into {}",
+                m.kernels.len(),
+                m.device,
+                m.driver,
+                dir.display()
+            );
             let pairs = fixtures::check(&dir, Replayer::Oracle)?;
             report_fixture_check(&pairs)?;
         }
-        Command::Fixtures { action: FixturesAction::Check { dir, gpu } } => {
+        Command::Fixtures {
+            action: FixturesAction::Check { dir, gpu },
+        } => {
             let pairs = if gpu {
                 let g = Gpu::new().context("fixtures check --gpu runs the kernels")?;
                 fixtures::check(&dir, Replayer::Gpu(&g))?
@@ -207,22 +346,48 @@ fn run(cli: Cli) -> Result<()> {
         Command::Kernels { arch, ptx } => {
             let arch: &'static str = Box::leak(arch.into_boxed_str());
             if let Some(dir) = &ptx {
-                std::fs::create_dir_all(dir).with_context(|| format!("creating the PTX folder {}", dir.display()))?;
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating the PTX folder {}", dir.display()))?;
             }
             for k in tallyho::runtime::KERNELS {
                 let code = tallyho::runtime::compile(k, arch)?;
-                println!("compiled cuda/{}.cu for {arch} (source {}): {}", k.name, &k.sha256[..16], k.entry_points.join(", "));
+                println!(
+                    "compiled cuda/{}.cu for {arch} (source {}): {}",
+                    k.name,
+                    &k.sha256[..16],
+                    k.entry_points.join(", ")
+                );
                 if let Some(dir) = &ptx {
                     let path = dir.join(format!("{}.ptx", k.name));
-                    std::fs::write(&path, code.to_src()).with_context(|| format!("writing {}", path.display()))?;
+                    std::fs::write(&path, code.to_src())
+                        .with_context(|| format!("writing {}", path.display()))?;
                 }
             }
         }
         Command::Info => {
-            println!("CUDA driver library: {}", if tallyho::runtime::driver_present() { "found" } else { "not found" });
-            println!("NVRTC library:       {}", if tallyho::runtime::nvrtc_present() { "found" } else { "not found" });
+            println!(
+                "CUDA driver library: {}",
+                if tallyho::runtime::driver_present() {
+                    "found"
+                } else {
+                    "not found"
+                }
+            );
+            println!(
+                "NVRTC library:       {}",
+                if tallyho::runtime::nvrtc_present() {
+                    "found"
+                } else {
+                    "not found"
+                }
+            );
             match Gpu::new() {
-                Ok(g) => println!("device 0:            {} ({}, driver {})", g.name(), g.arch(), g.driver_version()),
+                Ok(g) => println!(
+                    "device 0:            {} ({}, driver {})",
+                    g.name(),
+                    g.arch(),
+                    g.driver_version()
+                ),
                 Err(e) => println!("device:              none ({e})"),
             }
         }
@@ -231,16 +396,37 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn report_fixture_check(pairs: &[(String, tallyho_oracle::Comparison)]) -> Result<()> {
-    let failed: Vec<String> = pairs.iter().filter_map(|(k, c)| c.check().err().map(|e| format!("{k}: {e}"))).collect();
+    let failed: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, c)| c.check().err().map(|e| format!("{k}: {e}")))
+        .collect();
     let kernels: std::collections::BTreeSet<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
     for k in &kernels {
         let n = pairs.iter().filter(|(kk, _)| kk == k).count();
-        let bad = pairs.iter().filter(|(kk, c)| kk == k && !c.passed()).count();
-        println!("{k:<24} {n:>3} outputs  {}", if bad == 0 { "pass".to_string() } else { format!("{bad} FAIL") });
+        let bad = pairs
+            .iter()
+            .filter(|(kk, c)| kk == k && !c.passed())
+            .count();
+        println!(
+            "{k:<24} {n:>3} outputs  {}",
+            if bad == 0 {
+                "pass".to_string()
+            } else {
+                format!("{bad} FAIL")
+            }
+        );
     }
     if !failed.is_empty() {
-        bail!("{} fixture outputs out of tolerance:\n{}", failed.len(), failed.join("\n"));
+        bail!(
+            "{} fixture outputs out of tolerance:\n{}",
+            failed.len(),
+            failed.join("\n")
+        );
     }
-    println!("fixtures: {} outputs of {} kernels reproduce the recorded GPU results", pairs.len(), kernels.len());
+    println!(
+        "fixtures: {} outputs of {} kernels reproduce the recorded GPU results",
+        pairs.len(),
+        kernels.len()
+    );
     Ok(())
 }

@@ -6,7 +6,9 @@
 
 use crate::error::{Error, Result};
 use crate::runtime::{entry, grid_stride, Gpu};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
+};
 use std::sync::Arc;
 use tallyho_oracle::qnet::QNetConfig;
 
@@ -39,13 +41,31 @@ impl OptCtl {
     /// The block after `step` updates, before the next one's norm (`set_state`).
     pub fn at_step(step: u32, beta1: f32, beta2: f32) -> OptCtl {
         let t = f64::from(step);
-        let (bias1, bias2) = (1.0 - f64::from(beta1).powf(t), 1.0 - f64::from(beta2).powf(t));
-        OptCtl { step, norm: 0.0, scale: 1.0, bias1, bias2 }
+        let (bias1, bias2) = (
+            1.0 - f64::from(beta1).powf(t),
+            1.0 - f64::from(beta2).powf(t),
+        );
+        OptCtl {
+            step,
+            norm: 0.0,
+            scale: 1.0,
+            bias1,
+            bias2,
+        }
     }
 
     pub fn to_words(&self) -> [u32; Self::WORDS] {
         let [s, b1, b2] = [self.scale, self.bias1, self.bias2].map(f64::to_bits);
-        [self.step, self.norm.to_bits(), s as u32, (s >> 32) as u32, b1 as u32, (b1 >> 32) as u32, b2 as u32, (b2 >> 32) as u32]
+        [
+            self.step,
+            self.norm.to_bits(),
+            s as u32,
+            (s >> 32) as u32,
+            b1 as u32,
+            (b1 >> 32) as u32,
+            b2 as u32,
+            (b2 >> 32) as u32,
+        ]
     }
 
     pub fn of_words(w: &[u32]) -> Result<OptCtl> {
@@ -57,7 +77,13 @@ impl OptCtl {
             )));
         }
         let f = |lo: usize| f64::from_bits(u64::from(w[lo]) | (u64::from(w[lo + 1]) << 32));
-        Ok(OptCtl { step: w[0], norm: f32::from_bits(w[1]), scale: f(2), bias1: f(4), bias2: f(6) })
+        Ok(OptCtl {
+            step: w[0],
+            norm: f32::from_bits(w[1]),
+            scale: f(2),
+            bias1: f(4),
+            bias2: f(6),
+        })
     }
 }
 
@@ -74,6 +100,7 @@ pub struct Optimizer {
     grad_norm_k: CudaFunction,
     adam_k: CudaFunction,
     polyak_k: CudaFunction,
+    every_k: CudaFunction,
     n: usize,
     lr: f32,
     beta1: f32,
@@ -92,7 +119,9 @@ impl Optimizer {
     /// Moments for `n` parameters, zero; step 0.
     pub fn new(gpu: &Gpu, cfg: &QNetConfig, n: usize) -> Result<Self> {
         if n == 0 {
-            return Err(Error::Shape("optimizer over 0 parameters: the network has none".into()));
+            return Err(Error::Shape(
+                "optimizer over 0 parameters: the network has none".into(),
+            ));
         }
         let s = &gpu.stream;
         Ok(Optimizer {
@@ -100,6 +129,7 @@ impl Optimizer {
             grad_norm_k: gpu.function(entry::optimizer_grad_norm::OPTIMIZER_GRAD_NORM)?,
             adam_k: gpu.function(entry::optimizer_adam::OPTIMIZER_ADAM)?,
             polyak_k: gpu.function(entry::optimizer_target_sync::OPTIMIZER_TARGET_SYNC_POLYAK)?,
+            every_k: gpu.function(entry::optimizer_target_sync::OPTIMIZER_TARGET_SYNC_EVERY)?,
             n,
             lr: cfg.lr,
             beta1: cfg.adam_beta1,
@@ -126,7 +156,11 @@ impl Optimizer {
     pub fn grad_norm(&mut self, grads: &CudaView<f32>) -> Result<()> {
         self.check("gradient", grads.len())?;
         let n = self.n as u64;
-        let cfg = LaunchConfig { grid_dim: (GRAD_NORM_BLOCKS as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (GRAD_NORM_BLOCKS as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let mut b = self.stream.launch_builder(&self.grad_norm_k);
         b.arg(grads)
             .arg(&n)
@@ -147,7 +181,12 @@ impl Optimizer {
 
     /// `optimizer_adam` with the step and clip scale of the last `grad_norm`; with a `mirror`,
     /// also writing its parameters to their places in its copy.
-    pub fn adam(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mut mirror: Option<Mirror>) -> Result<()> {
+    pub fn adam(
+        &mut self,
+        params: &mut CudaViewMut<f32>,
+        grads: &CudaView<f32>,
+        mut mirror: Option<Mirror>,
+    ) -> Result<()> {
         self.check("parameters", params.len())?;
         self.check("gradient", grads.len())?;
         let n = self.n as u64;
@@ -177,7 +216,11 @@ impl Optimizer {
             .arg(&self.beta2)
             .arg(&self.eps);
         match mirror.as_mut() {
-            Some(m) => b.arg(m.index).arg(&mirror_from).arg(&mirror_count).arg(&mut m.to),
+            Some(m) => b
+                .arg(m.index)
+                .arg(&mirror_from)
+                .arg(&mirror_count)
+                .arg(&mut m.to),
             None => b.arg(&null).arg(&zero).arg(&zero).arg(&null),
         };
         // SAFETY: follows optimizer_adam's signature; p, g, m, v all hold n floats (checked); the
@@ -188,13 +231,23 @@ impl Optimizer {
     }
 
     /// Norm, clip and Adam (with its `mirror`): the optimizer half of an update (two launches).
-    pub fn step(&mut self, params: &mut CudaViewMut<f32>, grads: &CudaView<f32>, mirror: Option<Mirror>) -> Result<()> {
+    pub fn step(
+        &mut self,
+        params: &mut CudaViewMut<f32>,
+        grads: &CudaView<f32>,
+        mirror: Option<Mirror>,
+    ) -> Result<()> {
         self.grad_norm(grads)?;
         self.adam(params, grads, mirror)
     }
 
     /// `optimizer_target_sync`: one device-to-device copy, or the Polyak average with `tau`.
-    pub fn target_sync(&self, online: &CudaView<f32>, target: &mut CudaViewMut<f32>, tau: Option<f32>) -> Result<()> {
+    pub fn target_sync(
+        &self,
+        online: &CudaView<f32>,
+        target: &mut CudaViewMut<f32>,
+        tau: Option<f32>,
+    ) -> Result<()> {
         self.check("online parameters", online.len())?;
         self.check("target parameters", target.len())?;
         match tau {
@@ -210,6 +263,39 @@ impl Optimizer {
         Ok(())
     }
 
+    /// `optimizer_target_sync_every`: the copy where the update count in the control block
+    /// is a multiple of `period` (the training step's hard sync, decided on the device).
+    pub fn target_sync_every(
+        &self,
+        online: &CudaView<f32>,
+        target: &mut CudaViewMut<f32>,
+        period: u32,
+    ) -> Result<()> {
+        self.check("online parameters", online.len())?;
+        self.check("target parameters", target.len())?;
+        if period == 0 {
+            return Err(Error::Shape(
+                "target sync period 0: sync every 1 or more updates".into(),
+            ));
+        }
+        let n = self.n as u64;
+        let mut b = self.stream.launch_builder(&self.every_k);
+        b.arg(&self.ctl)
+            .arg(&period)
+            .arg(online)
+            .arg(target)
+            .arg(&n);
+        // SAFETY: optimizer_target_sync_every(const OptCtl* (the 32-byte block), u32 period > 0,
+        // const float* [n], float* [n], u64 n): both views hold n values (checked above).
+        unsafe { b.launch(grid_stride(self.n)) }?;
+        Ok(())
+    }
+
+    /// The control block (its device address feeds the training metrics).
+    pub fn ctl_buffer(&self) -> &CudaSlice<u32> {
+        &self.ctl
+    }
+
     pub fn ctl(&self) -> Result<OptCtl> {
         OptCtl::of_words(&self.stream.clone_dtoh(&self.ctl)?)
     }
@@ -220,7 +306,10 @@ impl Optimizer {
         self.check("v", v.len())?;
         self.stream.memcpy_htod(m, &mut self.m)?;
         self.stream.memcpy_htod(v, &mut self.v)?;
-        self.stream.memcpy_htod(&OptCtl::at_step(step, self.beta1, self.beta2).to_words(), &mut self.ctl)?;
+        self.stream.memcpy_htod(
+            &OptCtl::at_step(step, self.beta1, self.beta2).to_words(),
+            &mut self.ctl,
+        )?;
         Ok(())
     }
 }

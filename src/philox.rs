@@ -9,7 +9,10 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 pub fn philox_kat(gpu: &Gpu, counters: &[[u32; 4]], keys: &[[u32; 2]]) -> Result<Vec<[u32; 4]>> {
     let n = counters.len();
     if keys.len() != n || n == 0 || n > u32::MAX as usize / 4 {
-        return Err(Error::Shape(format!("philox_kat: {n} counters and {} keys: give 1.. pairs", keys.len())));
+        return Err(Error::Shape(format!(
+            "philox_kat: {n} counters and {} keys: give 1.. pairs",
+            keys.len()
+        )));
     }
     let f = gpu.function(entry::philox::PHILOX_KAT)?;
     let s = &gpu.stream;
@@ -21,10 +24,17 @@ pub fn philox_kat(gpu: &Gpu, counters: &[[u32; 4]], keys: &[[u32; 2]]) -> Result
     let n32 = n as u32;
     let mut b = s.launch_builder(&f);
     b.arg(&c_dev).arg(&k_dev).arg(&mut out).arg(&n32);
-    let cfg = LaunchConfig { grid_dim: (n.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(256) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
     // SAFETY: philox_kat(const u32* counters [n*4], const u32* keys [n*2], u32* out [n*4], u32 n);
     // the buffers have exactly those lengths and the grid covers n threads.
     unsafe { b.launch(cfg) }?;
     let words = s.clone_dtoh(&out)?;
-    Ok(words.chunks_exact(4).map(|w| [w[0], w[1], w[2], w[3]]).collect())
+    Ok(words
+        .chunks_exact(4)
+        .map(|w| [w[0], w[1], w[2], w[3]])
+        .collect())
 }

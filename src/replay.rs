@@ -9,8 +9,8 @@ use crate::runtime::{entry, grid_stride, one_block, Gpu};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 use std::sync::Arc;
 use tallyho_oracle::action::BRANCH_COUNT;
-use tallyho_oracle::replay::{ReplayCtl, ReplayState, Transitions};
 use tallyho_oracle::philox::key_of_seed;
+use tallyho_oracle::replay::{ReplayCtl, ReplayState, Transitions};
 use tallyho_oracle::ReplayConfig;
 
 /// Transitions in device memory, row-major, `rows` of them.
@@ -36,14 +36,25 @@ impl DeviceTransitions {
     }
 
     /// Copy `t` into the first `t.len()` rows (not a hot-path operation).
-    pub fn upload(&mut self, stream: &Arc<CudaStream>, t: &Transitions, state_dim: usize) -> Result<()> {
+    pub fn upload(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        t: &Transitions,
+        state_dim: usize,
+    ) -> Result<()> {
         let n = t.len();
         if n > self.rows {
-            return Err(Error::Shape(format!("{n} transitions do not fit a buffer of {} rows", self.rows)));
+            return Err(Error::Shape(format!(
+                "{n} transitions do not fit a buffer of {} rows",
+                self.rows
+            )));
         }
         check_shape(t, n, state_dim)?;
         stream.memcpy_htod(&t.states, &mut self.states.slice_mut(..n * state_dim))?;
-        stream.memcpy_htod(&t.next_states, &mut self.next_states.slice_mut(..n * state_dim))?;
+        stream.memcpy_htod(
+            &t.next_states,
+            &mut self.next_states.slice_mut(..n * state_dim),
+        )?;
         stream.memcpy_htod(&t.actions, &mut self.actions.slice_mut(..n * BRANCH_COUNT))?;
         stream.memcpy_htod(&t.rewards, &mut self.rewards.slice_mut(..n))?;
         stream.memcpy_htod(&t.discounts, &mut self.discounts.slice_mut(..n))?;
@@ -150,11 +161,16 @@ impl ReplayBuffer {
         };
         let ctl = s.clone_htod(&ctl_words(&ReplayCtl::default()))?;
         Self::allocate(s, cfg, max_insert, k, ctl).map_err(|e| match e {
-            Error::Driver(d) if d.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory {
-                what: format!("a replay buffer of capacity {} x state width {}", cfg.capacity, cfg.state_dim),
-                mib: Self::device_bytes(cfg, max_insert) >> 20,
-                fix: "lower --capacity or free the device".into(),
-            },
+            Error::Driver(d) if d.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                Error::OutOfMemory {
+                    what: format!(
+                        "a replay buffer of capacity {} x state width {}",
+                        cfg.capacity, cfg.state_dim
+                    ),
+                    mib: Self::device_bytes(cfg, max_insert) >> 20,
+                    fix: "lower --capacity or free the device".into(),
+                }
+            }
             other => other,
         })
     }
@@ -162,10 +178,19 @@ impl ReplayBuffer {
     /// Device bytes a buffer of `cfg` allocates.
     pub fn device_bytes(cfg: &ReplayConfig, max_insert: usize) -> usize {
         let row = (2 * cfg.state_dim + BRANCH_COUNT + 2) * 4;
-        (cfg.capacity + max_insert + cfg.batch) * row + 2 * cfg.leaves() * 4 + cfg.capacity * 4 + cfg.batch * 8
+        (cfg.capacity + max_insert + cfg.batch) * row
+            + 2 * cfg.leaves() * 4
+            + cfg.capacity * 4
+            + cfg.batch * 8
     }
 
-    fn allocate(s: &Arc<CudaStream>, cfg: &ReplayConfig, max_insert: usize, k: Kernels, ctl: CudaSlice<u32>) -> Result<Self> {
+    fn allocate(
+        s: &Arc<CudaStream>,
+        cfg: &ReplayConfig,
+        max_insert: usize,
+        k: Kernels,
+        ctl: CudaSlice<u32>,
+    ) -> Result<Self> {
         Ok(ReplayBuffer {
             cfg: cfg.clone(),
             stream: s.clone(),
@@ -219,7 +244,11 @@ impl ReplayBuffer {
                 rows.rows, self.cfg.capacity
             )));
         }
-        let (n32, c32, s32) = (n as u32, self.cfg.capacity as u32, self.cfg.state_dim as u32);
+        let (n32, c32, s32) = (
+            n as u32,
+            self.cfg.capacity as u32,
+            self.cfg.state_dim as u32,
+        );
         let leaves = self.cfg.leaves() as u32;
         let width = self.cfg.state_dim.max(BRANCH_COUNT);
         let mut b = self.stream.launch_builder(&self.k.insert_rows);
@@ -242,7 +271,11 @@ impl ReplayBuffer {
         // the store holds C rows of width S / 3.
         unsafe { b.launch(grid_stride(n * width)) }?;
         let mut b = self.stream.launch_builder(&self.k.insert_tree);
-        b.arg(&mut self.ctl).arg(&mut self.tree).arg(&leaves).arg(&n32).arg(&c32);
+        b.arg(&mut self.ctl)
+            .arg(&mut self.tree)
+            .arg(&leaves)
+            .arg(&n32)
+            .arg(&c32);
         // SAFETY: follows replay_insert_tree's signature; the tree holds 2 * leaves floats and
         // every slot (cursor + j) mod C < C <= leaves. One block, as the kernel requires.
         unsafe { b.launch(one_block(n)) }?;
@@ -253,7 +286,9 @@ impl ReplayBuffer {
     /// `replay_sample`: indices and importance weights of B transitions; advances the sample step.
     pub fn sample(&mut self) -> Result<()> {
         if !self.filled {
-            return Err(Error::Shape("sample from an empty replay buffer: insert transitions first".into()));
+            return Err(Error::Shape(
+                "sample from an empty replay buffer: insert transitions first".into(),
+            ));
         }
         let [key0, key1] = key_of_seed(self.cfg.seed);
         let (beta0, beta_inc) = (self.cfg.beta0, self.cfg.beta_increment());
@@ -302,9 +337,17 @@ impl ReplayBuffer {
     /// `replay_update_priorities` of the last sample's indices with `td_abs` (B values).
     pub fn update_priorities(&mut self, td_abs: &CudaSlice<f32>) -> Result<()> {
         if td_abs.len() != self.cfg.batch {
-            return Err(Error::Shape(format!("td_abs has {} values, the batch is {}: give one |TD error| per sampled transition", td_abs.len(), self.cfg.batch)));
+            return Err(Error::Shape(format!(
+                "td_abs has {} values, the batch is {}: give one |TD error| per sampled transition",
+                td_abs.len(),
+                self.cfg.batch
+            )));
         }
-        let (leaves, batch, c32) = (self.leaves(), self.cfg.batch as u32, self.cfg.capacity as u32);
+        let (leaves, batch, c32) = (
+            self.leaves(),
+            self.cfg.batch as u32,
+            self.cfg.capacity as u32,
+        );
         let (alpha, eps) = (self.cfg.alpha, self.cfg.eps);
         let mut b = self.stream.launch_builder(&self.k.update);
         b.arg(&mut self.tree)
@@ -333,11 +376,17 @@ impl ReplayBuffer {
         let words = [a(td_abs), address(&stream, &self.indices), a(&self.weights), a(&b.states), a(&b.next_states),
             address(&stream, &b.actions), a(&b.rewards), a(&b.discounts)];
         let binding = Binding::of(&words);
-        GraphSlot::run_on(self, |b| &mut b.step_graph, &stream, binding, |b| {
-            b.sample()?;
-            b.gather()?;
-            b.update_priorities(td_abs)
-        })
+        GraphSlot::run_on(
+            self,
+            |b| &mut b.step_graph,
+            &stream,
+            binding,
+            |b| {
+                b.sample()?;
+                b.gather()?;
+                b.update_priorities(td_abs)
+            },
+        )
     }
 
     pub fn graph_phase(&self) -> crate::graph::Phase {
@@ -347,10 +396,17 @@ impl ReplayBuffer {
     /// Set the sample indices directly (tests and fixture replays); each must be < C.
     pub fn set_indices(&mut self, indices: &[u32]) -> Result<()> {
         if indices.len() != self.cfg.batch {
-            return Err(Error::Shape(format!("{} indices given, the batch is {}", indices.len(), self.cfg.batch)));
+            return Err(Error::Shape(format!(
+                "{} indices given, the batch is {}",
+                indices.len(),
+                self.cfg.batch
+            )));
         }
         if let Some(&bad) = indices.iter().find(|&&i| i as usize >= self.cfg.capacity) {
-            return Err(Error::Shape(format!("index {bad} is outside the capacity {}", self.cfg.capacity)));
+            return Err(Error::Shape(format!(
+                "index {bad} is outside the capacity {}",
+                self.cfg.capacity
+            )));
         }
         self.stream.memcpy_htod(indices, &mut self.indices)?;
         Ok(())
@@ -358,7 +414,10 @@ impl ReplayBuffer {
 
     /// Replace the whole device state with `st` (tests, fixture replays).
     pub fn upload_state(&mut self, st: &ReplayState) -> Result<()> {
-        if st.cfg.capacity != self.cfg.capacity || st.cfg.state_dim != self.cfg.state_dim || st.tree.len() != 2 * self.cfg.leaves() {
+        if st.cfg.capacity != self.cfg.capacity
+            || st.cfg.state_dim != self.cfg.state_dim
+            || st.tree.len() != 2 * self.cfg.leaves()
+        {
             return Err(Error::Shape(format!(
                 "a replay state of capacity {}, state width {} and {} tree nodes for a buffer of capacity {}, width {} ({} nodes): upload a state of this buffer's config",
                 st.cfg.capacity,
@@ -369,9 +428,11 @@ impl ReplayBuffer {
                 2 * self.cfg.leaves()
             )));
         }
-        self.store.upload(&self.stream, &st.store, self.cfg.state_dim)?;
+        self.store
+            .upload(&self.stream, &st.store, self.cfg.state_dim)?;
         self.stream.memcpy_htod(&st.tree, &mut self.tree)?;
-        self.stream.memcpy_htod(&ctl_words(&st.ctl), &mut self.ctl)?;
+        self.stream
+            .memcpy_htod(&ctl_words(&st.ctl), &mut self.ctl)?;
         self.filled = st.ctl.size > 0;
         Ok(())
     }
@@ -400,15 +461,20 @@ impl ReplayBuffer {
 
     /// Last sample's indices and weights (synchronizes).
     pub fn read_sample(&self) -> Result<(Vec<u32>, Vec<f32>)> {
-        Ok((self.stream.clone_dtoh(&self.indices)?, self.stream.clone_dtoh(&self.weights)?))
+        Ok((
+            self.stream.clone_dtoh(&self.indices)?,
+            self.stream.clone_dtoh(&self.weights)?,
+        ))
     }
 
     /// Poison the sample outputs and the batch so a test can tell every element was written.
     pub fn poison_outputs(&mut self) -> Result<()> {
         let b = self.cfg.batch;
         let s = self.cfg.state_dim;
-        self.stream.memcpy_htod(&vec![u32::MAX; b], &mut self.indices)?;
-        self.stream.memcpy_htod(&vec![f32::NAN; b], &mut self.weights)?;
+        self.stream
+            .memcpy_htod(&vec![u32::MAX; b], &mut self.indices)?;
+        self.stream
+            .memcpy_htod(&vec![f32::NAN; b], &mut self.weights)?;
         let mut poison = Transitions::zeros(b, s);
         poison.states.fill(f32::NAN);
         poison.next_states.fill(f32::NAN);

@@ -105,7 +105,9 @@ impl RewardPipeline {
     pub fn new(gpu: &Gpu, cfg: &RewardConfig, envs: usize) -> Result<Self> {
         cfg.validate()?;
         if envs == 0 || envs > 1 << 24 {
-            return Err(Error::Shape(format!("{envs} envs for the reward pipeline: use 1 to 2^24")));
+            return Err(Error::Shape(format!(
+                "{envs} envs for the reward pipeline: use 1 to 2^24"
+            )));
         }
         use entry::reward_stages as stages;
         let f = |e| gpu.function(e);
@@ -192,7 +194,10 @@ impl RewardPipeline {
     pub fn download_state(&self) -> Result<(RewardEnvs, RewardGlobal)> {
         let s = &self.stream;
         let w = s.clone_dtoh(&self.global)?;
-        let words: [f32; 8] = w.as_slice().try_into().map_err(|_| Error::Shape("reward global is not 8 floats".into()))?;
+        let words: [f32; 8] = w
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::Shape("reward global is not 8 floats".into()))?;
         Ok((
             RewardEnvs {
                 prev_position: s.clone_dtoh(&self.prev_position)?,
@@ -208,7 +213,15 @@ impl RewardPipeline {
     /// Set the step buffers (a stage test starts a stage from the oracle's buffers).
     pub fn upload_out(&mut self, out: &RewardOut) -> Result<()> {
         let n = self.envs;
-        let lens = [out.pnl.len(), out.done.len(), out.work.len(), out.raw.len(), out.abs.len(), out.duration.len(), out.reward.len()];
+        let lens = [
+            out.pnl.len(),
+            out.done.len(),
+            out.work.len(),
+            out.raw.len(),
+            out.abs.len(),
+            out.duration.len(),
+            out.reward.len(),
+        ];
         if lens.iter().any(|&l| l != n) {
             return Err(Error::Shape(format!("reward step buffers of lengths {lens:?} for a pipeline of {n} envs: give {n} values each")));
         }
@@ -257,17 +270,29 @@ impl RewardPipeline {
     /// One reward step by `path`, eagerly, on the env step's outputs: `pnl`, each env's net
     /// realized PnL of the step (the env's `pnl` buffer), and `position`, its position after
     /// the step (the env's `position()`), N each.
-    pub fn step(&mut self, path: RewardPath, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+    pub fn step(
+        &mut self,
+        path: RewardPath,
+        pnl: &CudaSlice<f32>,
+        position: &CudaSlice<i32>,
+    ) -> Result<()> {
         self.check_inputs(pnl, position)?;
         match path {
-            RewardPath::Unfused => Stage::ALL.into_iter().try_for_each(|stage| self.launch_stage(stage, pnl, position)),
+            RewardPath::Unfused => Stage::ALL
+                .into_iter()
+                .try_for_each(|stage| self.launch_stage(stage, pnl, position)),
             RewardPath::Fused => self.launch_fused(pnl, position),
         }
     }
 
     /// [`RewardPipeline::step`] through the path's graph slot: eager once, then captured,
     /// then replayed. The inputs must stay the same buffers (their contents may change).
-    pub fn step_graphed(&mut self, path: RewardPath, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+    pub fn step_graphed(
+        &mut self,
+        path: RewardPath,
+        pnl: &CudaSlice<f32>,
+        position: &CudaSlice<i32>,
+    ) -> Result<()> {
         self.check_inputs(pnl, position)?;
         let stream = self.stream.clone();
         let a = |x: &CudaSlice<f32>| address(&stream, x);
@@ -280,7 +305,9 @@ impl RewardPipeline {
             RewardPath::Unfused => |r| &mut r.unfused_graph,
             RewardPath::Fused => |r| &mut r.fused_graph,
         };
-        GraphSlot::run_on(self, slot, &stream, binding, |r| r.step(path, pnl, position))
+        GraphSlot::run_on(self, slot, &stream, binding, |r| {
+            r.step(path, pnl, position)
+        })
     }
 
     pub fn graph_phase(&self, path: RewardPath) -> Phase {
@@ -299,7 +326,12 @@ impl RewardPipeline {
     }
 
     /// One unfused stage alone, on the state and step buffers as they are.
-    pub fn stage(&mut self, stage: Stage, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+    pub fn stage(
+        &mut self,
+        stage: Stage,
+        pnl: &CudaSlice<f32>,
+        position: &CudaSlice<i32>,
+    ) -> Result<()> {
         self.check_inputs(pnl, position)?;
         self.launch_stage(stage, pnl, position)
     }
@@ -307,7 +339,11 @@ impl RewardPipeline {
     /// The fused kernel: the same state, outputs and results as the unfused stages from ONE
     /// launch.
     fn launch_fused(&mut self, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
-        let cfg = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (self.blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let mut l = self.stream.launch_builder(&self.k.fused);
         l.arg(pnl)
             .arg(position)
@@ -335,12 +371,29 @@ impl RewardPipeline {
 
     /// The kernel (or, for the two reductions, the partial and the finalize kernels) of
     /// one stage.
-    fn launch_stage(&mut self, stage: Stage, pnl: &CudaSlice<f32>, position: &CudaSlice<i32>) -> Result<()> {
+    fn launch_stage(
+        &mut self,
+        stage: Stage,
+        pnl: &CudaSlice<f32>,
+        position: &CudaSlice<i32>,
+    ) -> Result<()> {
         let (s, p, k) = (&self.stream, &self.p, &self.k);
         let each = grid_stride(self.envs);
-        let reduce = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-        let one_block = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-        let one_thread = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        let reduce = LaunchConfig {
+            grid_dim: (self.blocks, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let one_block = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let one_thread = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let blocks = self.blocks;
         // SAFETY (every launch below): the signatures of cuda/reward_stages.cu, in their
         // argument order; every per-env buffer holds N = p.envs elements (new), `global` 8
@@ -351,46 +404,92 @@ impl RewardPipeline {
                 Stage::PnlDelta => {
                     let mut l = s.launch_builder(&k.pnl_delta);
                     l.arg(pnl).arg(position).arg(p).arg(&self.prev_position);
-                    l.arg(&mut self.pnl).arg(&mut self.done).arg(&mut self.work).launch(each)?;
+                    l.arg(&mut self.pnl)
+                        .arg(&mut self.done)
+                        .arg(&mut self.work)
+                        .launch(each)?;
                 }
                 Stage::Shaping => {
                     let mut l = s.launch_builder(&k.shaping);
-                    l.arg(position).arg(p).arg(&self.global).arg(&mut self.prev_position).arg(&self.steps_since_done);
+                    l.arg(position)
+                        .arg(p)
+                        .arg(&self.global)
+                        .arg(&mut self.prev_position)
+                        .arg(&self.steps_since_done);
                     l.arg(&self.done).arg(&mut self.work).launch(each)?;
                 }
                 Stage::Snapshot => {
-                    s.launch_builder(&k.snapshot).arg(&self.work).arg(p).arg(&mut self.raw).launch(each)?;
+                    s.launch_builder(&k.snapshot)
+                        .arg(&self.work)
+                        .arg(p)
+                        .arg(&mut self.raw)
+                        .launch(each)?;
                 }
                 Stage::Abs => {
-                    s.launch_builder(&k.abs).arg(&self.raw).arg(p).arg(&mut self.abs).launch(each)?;
+                    s.launch_builder(&k.abs)
+                        .arg(&self.raw)
+                        .arg(p)
+                        .arg(&mut self.abs)
+                        .launch(each)?;
                 }
                 Stage::Duration => {
                     let mut l = s.launch_builder(&k.duration);
-                    l.arg(&self.done).arg(p).arg(&mut self.steps_since_done).arg(&mut self.duration).launch(each)?;
+                    l.arg(&self.done)
+                        .arg(p)
+                        .arg(&mut self.steps_since_done)
+                        .arg(&mut self.duration)
+                        .launch(each)?;
                 }
                 Stage::Ema => {
                     let mut l = s.launch_builder(&k.ema_partial);
-                    l.arg(&self.done).arg(&self.duration).arg(&self.pnl).arg(p).arg(&mut self.partial).launch(reduce)?;
+                    l.arg(&self.done)
+                        .arg(&self.duration)
+                        .arg(&self.pnl)
+                        .arg(p)
+                        .arg(&mut self.partial)
+                        .launch(reduce)?;
                     let mut l = s.launch_builder(&k.ema_finalize);
-                    l.arg(&self.partial).arg(&blocks).arg(p).arg(&mut self.global).launch(one_block)?;
+                    l.arg(&self.partial)
+                        .arg(&blocks)
+                        .arg(p)
+                        .arg(&mut self.global)
+                        .launch(one_block)?;
                 }
                 Stage::Outcome => {
                     let mut l = s.launch_builder(&k.outcome);
-                    l.arg(&self.done).arg(&self.pnl).arg(p).arg(&mut self.outcome_ema).launch(each)?;
+                    l.arg(&self.done)
+                        .arg(&self.pnl)
+                        .arg(p)
+                        .arg(&mut self.outcome_ema)
+                        .launch(each)?;
                 }
                 Stage::Scale => {
                     let mut l = s.launch_builder(&k.scale);
-                    l.arg(&self.raw).arg(p).arg(&self.global).arg(&mut self.dsr_a).arg(&mut self.dsr_b);
+                    l.arg(&self.raw)
+                        .arg(p)
+                        .arg(&self.global)
+                        .arg(&mut self.dsr_a)
+                        .arg(&mut self.dsr_b);
                     l.arg(&mut self.reward).launch(each)?;
                 }
                 Stage::Controllers => {
-                    s.launch_builder(&k.controllers).arg(p).arg(&mut self.global).launch(one_thread)?;
+                    s.launch_builder(&k.controllers)
+                        .arg(p)
+                        .arg(&mut self.global)
+                        .launch(one_thread)?;
                 }
                 Stage::Dispersion => {
                     let mut l = s.launch_builder(&k.dispersion_partial);
-                    l.arg(&self.reward).arg(p).arg(&mut self.partial).launch(reduce)?;
+                    l.arg(&self.reward)
+                        .arg(p)
+                        .arg(&mut self.partial)
+                        .launch(reduce)?;
                     let mut l = s.launch_builder(&k.dispersion_finalize);
-                    l.arg(&self.partial).arg(&blocks).arg(p).arg(&mut self.global).launch(one_block)?;
+                    l.arg(&self.partial)
+                        .arg(&blocks)
+                        .arg(p)
+                        .arg(&mut self.global)
+                        .launch(one_block)?;
                 }
             }
         }

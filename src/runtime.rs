@@ -3,7 +3,10 @@
 //! the device's architecture.
 
 use crate::error::{Error, Result};
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
+    LaunchConfig,
+};
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -39,7 +42,10 @@ pub mod entry {
 }
 
 pub fn kernel_source(name: &str) -> Result<&'static KernelSource> {
-    KERNELS.iter().find(|k| k.name == name).ok_or_else(|| Error::UnknownKernel(name.to_string()))
+    KERNELS
+        .iter()
+        .find(|k| k.name == name)
+        .ok_or_else(|| Error::UnknownKernel(name.to_string()))
 }
 
 /// Is libnvrtc loadable? Checked before first use: cudarc panics on a missing library.
@@ -63,11 +69,17 @@ pub fn cuda_include_dirs() -> Vec<String> {
         candidates.push(std::path::PathBuf::from(home).join("include"));
     }
     candidates.push("/usr/local/cuda/include".into());
-    candidates.push(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".nvrtc/nvidia/cu13/include"));
+    candidates
+        .push(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".nvrtc/nvidia/cu13/include"));
     candidates
         .into_iter()
         .find(|d| d.join("cuda_fp16.h").is_file())
-        .map(|d| vec![d.join("cccl").display().to_string(), d.display().to_string()])
+        .map(|d| {
+            vec![
+                d.join("cccl").display().to_string(),
+                d.display().to_string(),
+            ]
+        })
         .unwrap_or_default()
 }
 
@@ -101,7 +113,10 @@ pub fn compile(kernel: &KernelSource, arch: &'static str) -> Result<Ptx> {
 
 /// Compile every kernel in the table for `arch`: the CPU-side compile check.
 pub fn compile_all(arch: &'static str) -> Result<Vec<&'static str>> {
-    KERNELS.iter().map(|k| compile(k, arch).map(|_| k.name)).collect()
+    KERNELS
+        .iter()
+        .map(|k| compile(k, arch).map(|_| k.name))
+        .collect()
 }
 
 /// The device, its stream, and the compiled modules.
@@ -117,7 +132,11 @@ impl Gpu {
     /// no NVRTC or no device.
     pub fn new() -> Result<Gpu> {
         let ordinal = match std::env::var("TALLYHO_DEVICE") {
-            Ok(v) => v.parse().map_err(|_| Error::NoDevice(format!("TALLYHO_DEVICE={v:?} is not a device number: use 0, 1, ...")))?,
+            Ok(v) => v.parse().map_err(|_| {
+                Error::NoDevice(format!(
+                    "TALLYHO_DEVICE={v:?} is not a device number: use 0, 1, ..."
+                ))
+            })?,
             Err(_) => 0,
         };
         Self::open(ordinal)
@@ -132,7 +151,9 @@ impl Gpu {
         }
         let count = CudaContext::device_count().map_err(|e| Error::NoDevice(e.to_string()))?;
         if count <= 0 || ordinal >= count as usize {
-            return Err(Error::NoDevice(format!("device {ordinal} requested, {count} visible")));
+            return Err(Error::NoDevice(format!(
+                "device {ordinal} requested, {count} visible"
+            )));
         }
         let ctx = CudaContext::new(ordinal)?;
         // All work runs on one stream; cudarc's per-buffer events would break graph capture
@@ -142,7 +163,12 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         let (major, minor) = ctx.compute_capability()?;
         let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
-        Ok(Gpu { ctx, stream, arch, modules: RefCell::new(HashMap::new()) })
+        Ok(Gpu {
+            ctx,
+            stream,
+            arch,
+            modules: RefCell::new(HashMap::new()),
+        })
     }
 
     pub fn arch(&self) -> &'static str {
@@ -169,7 +195,9 @@ impl Gpu {
         }
         let ptx = compile(kernel, self.arch)?;
         let module = self.ctx.load_module(ptx)?;
-        self.modules.borrow_mut().insert(kernel.name, module.clone());
+        self.modules
+            .borrow_mut()
+            .insert(kernel.name, module.clone());
         Ok(module)
     }
 
@@ -195,13 +223,21 @@ impl Gpu {
 /// One block of a multiple of 32 threads, at most 1024, for `work` items (looped over).
 pub fn one_block(work: usize) -> LaunchConfig {
     let threads = work.div_ceil(32).clamp(1, 32) as u32 * 32;
-    LaunchConfig { grid_dim: (1, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// A grid-stride launch of 256-thread blocks for `elems` elements (capped; kernels loop).
 pub fn grid_stride(elems: usize) -> LaunchConfig {
     let blocks = elems.div_ceil(256).clamp(1, 65_535) as u32;
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Arguments a [`Programmatic`] launch holds at most.
@@ -232,7 +268,13 @@ pub struct Programmatic<'a> {
 
 impl<'a> Programmatic<'a> {
     pub fn new(stream: &'a CudaStream, f: &'a CudaFunction) -> Self {
-        Programmatic { stream, f, args: [Arg::Device(0); PROGRAMMATIC_ARGS], len: 0, _values: PhantomData }
+        Programmatic {
+            stream,
+            f,
+            args: [Arg::Device(0); PROGRAMMATIC_ARGS],
+            len: 0,
+            _values: PhantomData,
+        }
     }
 
     fn push(&mut self, a: Arg) -> &mut Self {
@@ -305,7 +347,15 @@ impl<'a> Programmatic<'a> {
         self.stream.context().bind_to_thread()?;
         // SAFETY: ptrs[i] points at argument i (a device pointer in self.args, alive for the
         // call, or a value borrowed for 'a); the caller vouches for the rest.
-        unsafe { sys::cuLaunchKernelEx(&config, self.f.cu_function(), ptrs.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &config,
+                self.f.cu_function(),
+                ptrs.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()?;
         Ok(())
     }
 }

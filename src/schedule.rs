@@ -39,7 +39,9 @@ pub struct Epsilon {
 
 fn check(name: &str, v: f32) -> Result<()> {
     if !(0.0..=1.0).contains(&v) {
-        return Err(Error::Shape(format!("{name} {v} is outside [0, 1]: use a probability")));
+        return Err(Error::Shape(format!(
+            "{name} {v} is outside [0, 1]: use a probability"
+        )));
     }
     Ok(())
 }
@@ -76,7 +78,11 @@ impl Epsilon {
     pub fn set_schedule(&mut self, s: &EpsilonSchedule) -> Result<()> {
         check("epsilon start", s.start)?;
         check("epsilon end", s.end)?;
-        self.schedule = Some(EpsilonParams { start: s.start, end: s.end, steps: s.steps });
+        self.schedule = Some(EpsilonParams {
+            start: s.start,
+            end: s.end,
+            steps: s.steps,
+        });
         self.stream.memcpy_htod(&[0u32], &mut self.step)?;
         Ok(self.stream.memcpy_htod(&[s.start], &mut self.value)?)
     }
@@ -89,10 +95,16 @@ impl Epsilon {
     /// `schedule_epsilon`: the coming step's rate from the device counter, and the counter's
     /// advance (one thread); nothing where the rate is constant.
     pub fn advance(&mut self) -> Result<()> {
-        let Some(params) = self.schedule else { return Ok(()) };
+        let Some(params) = self.schedule else {
+            return Ok(());
+        };
         let mut l = self.stream.launch_builder(&self.kernel);
         l.arg(&params).arg(&mut self.step).arg(&mut self.value);
-        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        let one = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: schedule_epsilon(EpsilonSchedule by value, u32* step [1], float* epsilon
         // [1]): both buffers hold one value (new); one thread, as the kernel takes.
         unsafe { l.launch(one) }?;
@@ -102,10 +114,24 @@ impl Epsilon {
     /// What a graph over this rate binds to: the device addresses of the rate and counter,
     /// and the schedule (a captured `schedule_epsilon` holds it as a frozen argument).
     pub fn binding_words(&self) -> [u64; 4] {
-        let p = self.schedule.unwrap_or(EpsilonParams { start: f32::NAN, end: f32::NAN, steps: 0 });
+        let p = self.schedule.unwrap_or(EpsilonParams {
+            start: f32::NAN,
+            end: f32::NAN,
+            steps: 0,
+        });
         let s = &self.stream;
         let schedule = u64::from(p.start.to_bits()) | (u64::from(p.end.to_bits()) << 32);
-        [address(s, &self.value), address(s, &self.step), schedule, u64::from(p.steps) | (u64::from(self.schedule.is_some()) << 32)]
+        [
+            address(s, &self.value),
+            address(s, &self.step),
+            schedule,
+            u64::from(p.steps) | (u64::from(self.schedule.is_some()) << 32),
+        ]
+    }
+
+    /// The schedule's step counter in device memory (synchronizes; comparisons, checkpoints).
+    pub fn read_step(&self) -> Result<u32> {
+        Ok(self.stream.clone_dtoh(&self.step)?[0])
     }
 
     /// The rate in device memory (synchronizes; tests and fixtures).

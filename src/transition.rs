@@ -69,7 +69,10 @@ impl TransitionAssembler {
                 "a transition assembler of {envs} envs and state width {state_dim}: both must be at least 1 (set --envs and the state width)"
             )));
         }
-        let ring_elems = cfg.n.checked_mul(envs).and_then(|x| x.checked_mul(state_dim.max(BRANCH_COUNT)));
+        let ring_elems = cfg
+            .n
+            .checked_mul(envs)
+            .and_then(|x| x.checked_mul(state_dim.max(BRANCH_COUNT)));
         if ring_elems.is_none_or(|x| x > MAX_ELEMS) {
             return Err(Error::Shape(format!(
                 "a ring of n {} x {envs} envs x state width {state_dim} exceeds {MAX_ELEMS} elements: lower --envs or n_step",
@@ -79,11 +82,16 @@ impl TransitionAssembler {
         let s = &gpu.stream;
         let kernel = gpu.function(entry::transition_assemble::TRANSITION_ASSEMBLE)?;
         Self::allocate(s, cfg, envs, state_dim, kernel).map_err(|e| match e {
-            Error::Driver(d) if d.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory {
-                what: format!("an n-step ring of n {} x {envs} envs x state width {state_dim}", cfg.n),
-                mib: Self::device_bytes(cfg, envs, state_dim) >> 20,
-                fix: "lower --envs or n_step, or free the device".into(),
-            },
+            Error::Driver(d) if d.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                Error::OutOfMemory {
+                    what: format!(
+                        "an n-step ring of n {} x {envs} envs x state width {state_dim}",
+                        cfg.n
+                    ),
+                    mib: Self::device_bytes(cfg, envs, state_dim) >> 20,
+                    fix: "lower --envs or n_step, or free the device".into(),
+                }
+            }
             other => other,
         })
     }
@@ -95,7 +103,13 @@ impl TransitionAssembler {
         (cfg.n + 1) * envs * row + envs * 4
     }
 
-    fn allocate(s: &Arc<CudaStream>, cfg: &TransitionConfig, envs: usize, state_dim: usize, kernel: CudaFunction) -> Result<Self> {
+    fn allocate(
+        s: &Arc<CudaStream>,
+        cfg: &TransitionConfig,
+        envs: usize,
+        state_dim: usize,
+        kernel: CudaFunction,
+    ) -> Result<Self> {
         let rows = cfg.n * envs;
         let ring = Ring {
             states: s.alloc_zeros(rows * state_dim)?,
@@ -214,7 +228,11 @@ impl TransitionAssembler {
         }
         ring.check().map_err(|e| Error::Shape(e.to_string()))?;
         let first = ring.counts.first().copied().unwrap_or(0);
-        if ring.counts.iter().any(|&c| c != first || c as usize >= 2 * self.cfg.n) {
+        if ring
+            .counts
+            .iter()
+            .any(|&c| c != first || c as usize >= 2 * self.cfg.n)
+        {
             return Err(Error::Shape(format!(
                 "ring counts {:?} are not one value in [0, {}): every env pushes one step per call; build the ring with TransitionRing::new and push",
                 ring.counts,

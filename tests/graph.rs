@@ -17,7 +17,12 @@ mod gpu {
     use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32};
 
     fn setup(seed: u64) -> (ReplayState, Vec<f32>) {
-        let case = ReplayCase { capacity: 3000, state_dim: 5, batch: 300, seed };
+        let case = ReplayCase {
+            capacity: 3000,
+            state_dim: 5,
+            batch: 300,
+            seed,
+        };
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let st = random_state(&case.config(), &mut rng);
         let td: Vec<f32> = (0..300).map(|_| rng.gen_range(0.0..3.0)).collect();
@@ -36,7 +41,15 @@ mod gpu {
         for step in 0..12 {
             buf.sample_gather_update(&td).unwrap();
             let phase = buf.graph_phase();
-            assert_eq!(phase, if step == 0 { Phase::Capture } else { Phase::Replay }, "step {step}");
+            assert_eq!(
+                phase,
+                if step == 0 {
+                    Phase::Capture
+                } else {
+                    Phase::Replay
+                },
+                "step {step}"
+            );
 
             let (idx, w) = buf.read_sample().unwrap();
             let batch = buf.batch.download(&gpu.stream).unwrap();
@@ -44,7 +57,10 @@ mod gpu {
             let s = replay_spec::replay_sample(&mut oracle);
             let want_batch = replay_spec::replay_gather(&oracle, &s.indices);
             let p = replay_spec::replay_update_priorities(&mut oracle, &s.indices, &td_host);
-            let mut want_leaves: Vec<f64> = oracle.tree[oracle.cfg.leaves()..].iter().map(|&x| f64::from(x)).collect();
+            let mut want_leaves: Vec<f64> = oracle.tree[oracle.cfg.leaves()..]
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect();
             for (&i, &pj) in s.indices.iter().zip(&p) {
                 want_leaves[i as usize] = pj;
             }
@@ -53,14 +69,22 @@ mod gpu {
                 compare_f32("weights", &w, &s.weights, REPLAY_IS_WEIGHT),
                 compare_bitwise("batch states", &batch.states, &want_batch.states),
                 compare_bitwise("batch rewards", &batch.rewards, &want_batch.rewards),
-                compare_f32("leaves", &tree[oracle.cfg.leaves()..], &want_leaves, REPLAY_PRIORITY),
+                compare_f32(
+                    "leaves",
+                    &tree[oracle.cfg.leaves()..],
+                    &want_leaves,
+                    REPLAY_PRIORITY,
+                ),
             ]);
             // The oracle adopts the GPU's priorities (checked above to within one float ulp),
             // so a one-ulp pow difference cannot send later descents down different paths.
             oracle.tree = tree;
             oracle.ctl = buf.ctl().unwrap();
             if let Some(prev) = &previous {
-                assert_ne!(prev, &idx, "step {step}: a replay drew the same indices as the step before");
+                assert_ne!(
+                    prev, &idx,
+                    "step {step}: a replay drew the same indices as the step before"
+                );
             }
             previous = Some(idx);
         }
@@ -83,8 +107,14 @@ mod gpu {
             graphed.sample_gather_update(&td).unwrap();
             let (ei, ew) = eager.read_sample().unwrap();
             let (gi, gw) = graphed.read_sample().unwrap();
-            let (e, g) = (eager.download_state().unwrap(), graphed.download_state().unwrap());
-            let mut c = vec![compare_exact("indices", &gi, &ei), compare_bitwise("weights", &gw, &ew)];
+            let (e, g) = (
+                eager.download_state().unwrap(),
+                graphed.download_state().unwrap(),
+            );
+            let mut c = vec![
+                compare_exact("indices", &gi, &ei),
+                compare_bitwise("weights", &gw, &ew),
+            ];
             c.extend(compare_states(&g, &e));
             assert_all(&c);
             assert!(step < 2 || graphed.graph_phase() == Phase::Replay);
@@ -106,7 +136,10 @@ mod gpu {
         };
         let (a, (ai, aw)) = run();
         let (b, (bi, bw)) = run();
-        let mut c = vec![compare_exact("indices", &ai, &bi), compare_bitwise("weights", &aw, &bw)];
+        let mut c = vec![
+            compare_exact("indices", &ai, &bi),
+            compare_bitwise("weights", &aw, &bw),
+        ];
         c.extend(compare_states(&a, &b));
         assert_all(&c);
     }
@@ -134,20 +167,32 @@ mod gpu {
         let td = gpu.stream.clone_htod(&td_host).unwrap();
         let n = 777;
         let cfg = check_config();
-        let (mut eager_buf, mut nested_buf) = (ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap(), ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap());
+        let (mut eager_buf, mut nested_buf) = (
+            ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap(),
+            ReplayBuffer::new(&gpu, &st.cfg, 1).unwrap(),
+        );
         eager_buf.upload_state(&st).unwrap();
         nested_buf.upload_state(&st).unwrap();
-        let (mut eager_rw, mut nested_rw) = (RewardPipeline::new(&gpu, &cfg, n).unwrap(), RewardPipeline::new(&gpu, &cfg, n).unwrap());
+        let (mut eager_rw, mut nested_rw) = (
+            RewardPipeline::new(&gpu, &cfg, n).unwrap(),
+            RewardPipeline::new(&gpu, &cfg, n).unwrap(),
+        );
         let mut trades = Trades::new(n, Mix::Mixed, 26);
         let mut pnl = gpu.stream.clone_htod(&trades.pnl).unwrap();
         let mut position = gpu.stream.clone_htod(&trades.position).unwrap();
         // The whole step: two stages' graphed paths inside one enclosing slot.
         let mut outer = GraphSlot::new("whole step");
-        let binding = Binding::of(&[address(&gpu.stream, &td), address(&gpu.stream, &pnl), address(&gpu.stream, &position)]);
+        let binding = Binding::of(&[
+            address(&gpu.stream, &td),
+            address(&gpu.stream, &pnl),
+            address(&gpu.stream, &position),
+        ]);
         for step in 0..8 {
             trades.advance();
             gpu.stream.memcpy_htod(&trades.pnl, &mut pnl).unwrap();
-            gpu.stream.memcpy_htod(&trades.position, &mut position).unwrap();
+            gpu.stream
+                .memcpy_htod(&trades.position, &mut position)
+                .unwrap();
             eager_buf.sample().unwrap();
             eager_buf.gather().unwrap();
             eager_buf.update_priorities(&td).unwrap();
@@ -166,9 +211,15 @@ mod gpu {
                 compare_bitwise("weights", &gw, &ew),
                 compare_bitwise("reward", &go.reward, &eo.reward),
             ];
-            c.extend(compare_states(&nested_buf.download_state().unwrap(), &eager_buf.download_state().unwrap()));
+            c.extend(compare_states(
+                &nested_buf.download_state().unwrap(),
+                &eager_buf.download_state().unwrap(),
+            ));
             assert_all(&c);
-            assert!(eo.reward.iter().any(|&r| r != 0.0), "step {step}: an all-zero reward compares nothing");
+            assert!(
+                eo.reward.iter().any(|&r| r != 0.0),
+                "step {step}: an all-zero reward compares nothing"
+            );
         }
         // The outer slot replays; the inner slots ran eagerly once (the outer's warm-up) and
         // were captured only as part of the outer graph, never on their own.
@@ -198,7 +249,14 @@ mod gpu {
         let err = run(&mut slot).unwrap_err().to_string();
         // Refused either way: as an allocation node found in the graph (stream-ordered
         // allocation, as on H100 and H200), or by the driver inside the capture.
-        assert!(err.contains("allocate every buffer before the first run") || err.contains("CAPTURE"), "{err}");
-        assert_eq!(slot.phase(), Phase::Capture, "a refused capture must not be kept");
+        assert!(
+            err.contains("allocate every buffer before the first run") || err.contains("CAPTURE"),
+            "{err}"
+        );
+        assert_eq!(
+            slot.phase(),
+            Phase::Capture,
+            "a refused capture must not be kept"
+        );
     }
 }

@@ -9,16 +9,28 @@ mod gpu {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
     use tallyho::graph::{address, Binding, GraphSlot};
-    use tallyho::optimizer::Optimizer;
-    use tallyho::harness::parity::optimizer::{check_optimizer_adam, check_optimizer_grad_norm, check_optimizer_target_sync};
+    use tallyho::harness::parity::optimizer::{
+        check_optimizer_adam, check_optimizer_grad_norm, check_optimizer_target_sync,
+    };
     use tallyho::harness::parity::uniform;
+    use tallyho::optimizer::Optimizer;
     use tallyho_oracle::qnet::QNetConfig;
     use tallyho_oracle::{compare_bitwise, compare_exact};
 
     #[test]
     fn grad_norm_and_clip_scale_match_the_oracle_and_advance_the_step() {
         let gpu = gpu();
-        for (i, (n, scale)) in [(1, 3.0), (3, 0.1), (50, 1.0), (783, 20.0), (4096, 0.01), (1_000_003, 0.05)].into_iter().enumerate() {
+        for (i, (n, scale)) in [
+            (1, 3.0),
+            (3, 0.1),
+            (50, 1.0),
+            (783, 20.0),
+            (4096, 0.01),
+            (1_000_003, 0.05),
+        ]
+        .into_iter()
+        .enumerate()
+        {
             assert_all(&check_optimizer_grad_norm(&gpu, n, scale, 31 + i as u64).unwrap());
         }
     }
@@ -26,7 +38,15 @@ mod gpu {
     #[test]
     fn one_adam_step_matches_the_oracle_from_arbitrary_moments() {
         let gpu = gpu();
-        for (i, (n, step, gscale)) in [(1, 0, 1.0), (3, 7, 50.0), (783, 0, 0.3), (100_003, 1234, 5.0)].into_iter().enumerate() {
+        for (i, (n, step, gscale)) in [
+            (1, 0, 1.0),
+            (3, 7, 50.0),
+            (783, 0, 0.3),
+            (100_003, 1234, 5.0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
             assert_all(&check_optimizer_adam(&gpu, n, step, gscale, 40 + i as u64).unwrap());
         }
     }
@@ -47,14 +67,30 @@ mod gpu {
         let cfg = QNetConfig::default();
         let (p, g) = (uniform(&mut rng, n, 1.0), uniform(&mut rng, n, 30.0));
         let dg = gpu.stream.clone_htod(&g).unwrap();
-        let (mut pe, mut pg) = (gpu.stream.clone_htod(&p).unwrap(), gpu.stream.clone_htod(&p).unwrap());
-        let (mut eager, mut graphed) = (Optimizer::new(&gpu, &cfg, n).unwrap(), Optimizer::new(&gpu, &cfg, n).unwrap());
+        let (mut pe, mut pg) = (
+            gpu.stream.clone_htod(&p).unwrap(),
+            gpu.stream.clone_htod(&p).unwrap(),
+        );
+        let (mut eager, mut graphed) = (
+            Optimizer::new(&gpu, &cfg, n).unwrap(),
+            Optimizer::new(&gpu, &cfg, n).unwrap(),
+        );
         let mut slot = GraphSlot::new("optimizer_step");
         let mut previous = p.clone();
         for step in 1..=20u32 {
-            eager.step(&mut pe.as_view_mut(), &dg.as_view(), None).unwrap();
-            slot.run(&gpu.stream, Binding::of(&[address(&gpu.stream, &pg), address(&gpu.stream, &dg)]), || graphed.step(&mut pg.as_view_mut(), &dg.as_view(), None)).unwrap();
-            let (a, b) = (gpu.stream.clone_dtoh(&pe).unwrap(), gpu.stream.clone_dtoh(&pg).unwrap());
+            eager
+                .step(&mut pe.as_view_mut(), &dg.as_view(), None)
+                .unwrap();
+            slot.run(
+                &gpu.stream,
+                Binding::of(&[address(&gpu.stream, &pg), address(&gpu.stream, &dg)]),
+                || graphed.step(&mut pg.as_view_mut(), &dg.as_view(), None),
+            )
+            .unwrap();
+            let (a, b) = (
+                gpu.stream.clone_dtoh(&pe).unwrap(),
+                gpu.stream.clone_dtoh(&pg).unwrap(),
+            );
             assert_all(&[
                 compare_bitwise("params", &b, &a),
                 compare_exact("step", &[graphed.ctl().unwrap().step], &[step]),

@@ -16,7 +16,11 @@ mod gpu {
         let keys: Vec<[u32; 2]> = kat.iter().map(|v| v.key).collect();
         let got = philox_kat(&gpu, &counters, &keys).unwrap();
         for (g, v) in got.iter().zip(&kat) {
-            assert_eq!(g, &v.expected, "counter {:08x?} key {:08x?}", v.counter, v.key);
+            assert_eq!(
+                g, &v.expected,
+                "counter {:08x?} key {:08x?}",
+                v.counter, v.key
+            );
         }
         assert_eq!(got.len(), kat.len());
     }

@@ -5,15 +5,24 @@ mod common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tallyho::harness::parity::replay::{chi_square, chi_square_critical, random_state, set_leaves, ReplayCase};
+use tallyho::harness::parity::replay::{
+    chi_square, chi_square_critical, random_state, set_leaves, ReplayCase,
+};
 use tallyho_oracle::replay::{replay_sample, ReplayState};
 
 /// 64 slots with priorities over two decades, B = 16.
 fn frequency_state() -> ReplayState {
-    let case = ReplayCase { capacity: 64, state_dim: 1, batch: 16, seed: 0x5eed };
+    let case = ReplayCase {
+        capacity: 64,
+        state_dim: 1,
+        batch: 16,
+        seed: 0x5eed,
+    };
     let mut rng = ChaCha8Rng::seed_from_u64(case.seed);
     let mut st = random_state(&case.config(), &mut rng);
-    let p: Vec<f32> = (0..64).map(|_| 10f32.powf(rng.gen_range(-1.0..1.0))).collect();
+    let p: Vec<f32> = (0..64)
+        .map(|_| 10f32.powf(rng.gen_range(-1.0..1.0)))
+        .collect();
     set_leaves(&mut st, &p);
     st.ctl.size = 64;
     st
@@ -25,10 +34,15 @@ fn frequency_state() -> ReplayState {
 fn assert_frequencies_match(st: &ReplayState, counts: &[u64], steps: usize) {
     let total: f64 = (0..64).map(|i| f64::from(st.leaf(i))).sum();
     let draws = (st.cfg.batch * steps) as f64;
-    let expected: Vec<f64> = (0..64).map(|i| draws * f64::from(st.leaf(i)) / total).collect();
+    let expected: Vec<f64> = (0..64)
+        .map(|i| draws * f64::from(st.leaf(i)) / total)
+        .collect();
     let stat = chi_square(counts, &expected);
     let critical = chi_square_critical(63, 3.09);
-    assert!(stat < critical, "chi-square {stat:.1} >= critical {critical:.1} (63 dof, 0.1%)");
+    assert!(
+        stat < critical,
+        "chi-square {stat:.1} >= critical {critical:.1} (63 dof, 0.1%)"
+    );
     assert_eq!(counts.iter().sum::<u64>() as f64, draws);
 }
 
@@ -58,7 +72,12 @@ mod gpu {
     }
 
     fn state(capacity: usize, batch: usize, priorities: &[f32]) -> ReplayState {
-        let case = ReplayCase { capacity, state_dim: 2, batch, seed: 0xabc };
+        let case = ReplayCase {
+            capacity,
+            state_dim: 2,
+            batch,
+            seed: 0xabc,
+        };
         let mut st = random_state(&case.config(), &mut ChaCha8Rng::seed_from_u64(1));
         set_leaves(&mut st, priorities);
         st.ctl.size = priorities.len() as u32;
@@ -96,7 +115,11 @@ mod gpu {
         assert!(s.weights.iter().all(|&w| w == 1.0));
         // Stratum i covers leaves 4i..4i+4.
         // (a threshold rounded up onto the next stratum's first leaf is also right)
-        assert!(s.indices.iter().enumerate().all(|(i, &x)| x as usize / 4 == i || x as usize == 4 * i + 4));
+        assert!(s
+            .indices
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x as usize / 4 == i || x as usize == 4 * i + 4));
     }
 
     #[test]
@@ -135,9 +158,18 @@ mod gpu {
     #[test]
     fn sampling_an_empty_buffer_is_refused_with_the_fix() {
         let gpu = gpu();
-        let cfg = ReplayCase { capacity: 64, state_dim: 1, batch: 16, seed: 1 }.config();
+        let cfg = ReplayCase {
+            capacity: 64,
+            state_dim: 1,
+            batch: 16,
+            seed: 1,
+        }
+        .config();
         let mut buf = ReplayBuffer::new(&gpu, &cfg, 1).unwrap();
         let err = buf.sample().unwrap_err().to_string();
-        assert!(err.contains("empty replay buffer: insert transitions first"), "{err}");
+        assert!(
+            err.contains("empty replay buffer: insert transitions first"),
+            "{err}"
+        );
     }
 }

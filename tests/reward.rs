@@ -9,7 +9,10 @@ mod common;
 
 mod gpu {
     use super::common::*;
-    use tallyho::harness::parity::reward::{check_configs, check_drift, check_fused_vs_unfused, check_graph, check_stage, check_steps, Mix, SIZES};
+    use tallyho::harness::parity::reward::{
+        check_configs, check_drift, check_fused_vs_unfused, check_graph, check_stage, check_steps,
+        Mix, SIZES,
+    };
     use tallyho::reward::RewardPath;
     use tallyho_oracle::reward::{RewardConfig, Stage};
 
@@ -21,9 +24,15 @@ mod gpu {
                 for (k, &n) in SIZES.iter().enumerate() {
                     for mix in Mix::ALL {
                         let c = check_stage(&gpu, &cfg, stage, n, mix, 10 + k as u64).unwrap();
-                        let failures: Vec<String> = c.iter().filter_map(|c| c.check().err()).collect();
+                        let failures: Vec<String> =
+                            c.iter().filter_map(|c| c.check().err()).collect();
                         let eta = cfg.dsr_eta;
-                        assert!(failures.is_empty(), "{} at N = {n}, {mix:?}, dsr_eta {eta}:\n{}", stage.kernel(), failures.join("\n"));
+                        assert!(
+                            failures.is_empty(),
+                            "{} at N = {n}, {mix:?}, dsr_eta {eta}:\n{}",
+                            stage.kernel(),
+                            failures.join("\n")
+                        );
                     }
                 }
             }
@@ -38,7 +47,11 @@ mod gpu {
                     let c = check_steps(&gpu, &cfg, path, n, mix, 12, seed + k as u64).unwrap();
                     let failures: Vec<String> = c.iter().filter_map(|c| c.check().err()).collect();
                     let eta = cfg.dsr_eta;
-                    assert!(failures.is_empty(), "{path:?} at N = {n}, {mix:?}, dsr_eta {eta}:\n{}", failures.join("\n"));
+                    assert!(
+                        failures.is_empty(),
+                        "{path:?} at N = {n}, {mix:?}, dsr_eta {eta}:\n{}",
+                        failures.join("\n")
+                    );
                 }
             }
         }

@@ -9,17 +9,26 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tallyho_oracle::env::{END_OF_DATA, STOP_LOSS, TAKE_PROFIT, TIME_LIMIT};
 use tallyho_oracle::replay::Transitions;
-use tallyho_oracle::transition::{is_terminal, window, window_return, TransitionError, TransitionRing};
+use tallyho_oracle::transition::{
+    is_terminal, window, window_return, TransitionError, TransitionRing,
+};
 
 /// One env of state width 1: s_t = t, s'_t = t + 0.5, a_t = (t mod 3, 0, 1).
 fn push_one(ring: &mut TransitionRing, t: usize, reward: f32, reason: i32) -> Option<Transitions> {
     let a = [(t % 3) as i32, 0, 1];
-    ring.push(&[t as f32], &a, &[reward], &[t as f32 + 0.5], &[reason]).unwrap()
+    ring.push(&[t as f32], &a, &[reward], &[t as f32 + 0.5], &[reason])
+        .unwrap()
 }
 
 /// (s, a[0], G, s', discount) of row 0.
 fn row0(t: &Transitions) -> (f32, i32, f32, f32, f32) {
-    (t.states[0], t.actions[0], t.rewards[0], t.next_states[0], t.discounts[0])
+    (
+        t.states[0],
+        t.actions[0],
+        t.rewards[0],
+        t.next_states[0],
+        t.discounts[0],
+    )
 }
 
 #[test]
@@ -51,11 +60,18 @@ fn three_step_windows_bootstrap_after_a_time_limit_and_not_after_a_stop_loss() {
 fn one_step_transitions_are_each_step_with_gamma_unless_terminal() {
     let gamma = 0.93f32;
     let mut ring = TransitionRing::new(1, 1, 1, gamma).unwrap();
-    for (t, reason) in [0, TIME_LIMIT, 0, TAKE_PROFIT, END_OF_DATA, STOP_LOSS, 0].into_iter().enumerate() {
+    for (t, reason) in [0, TIME_LIMIT, 0, TAKE_PROFIT, END_OF_DATA, STOP_LOSS, 0]
+        .into_iter()
+        .enumerate()
+    {
         let r = t as f32 * 0.25 - 0.6;
         let out = push_one(&mut ring, t, r, reason).expect("n = 1 emits at every step");
         let d = if is_terminal(reason) { 0.0 } else { gamma };
-        assert_eq!(row0(&out), (t as f32, (t % 3) as i32, r, t as f32 + 0.5, d), "step {t}");
+        assert_eq!(
+            row0(&out),
+            (t as f32, (t % 3) as i32, r, t as f32 + 0.5, d),
+            "step {t}"
+        );
         assert_eq!(out.actions, vec![(t % 3) as i32, 0, 1]);
     }
 }
@@ -64,19 +80,37 @@ fn one_step_transitions_are_each_step_with_gamma_unless_terminal() {
 fn invalid_configs_steps_and_rings_are_refused_with_the_fix() {
     let msg = |n, g| TransitionRing::new(2, 3, n, g).unwrap_err().to_string();
     assert_eq!(msg(0, 0.9), "n_step is 0: it must be at least 1");
-    assert!(msg(257, 0.9).contains("n_step = 257 is outside [1, 256]"), "{}", msg(257, 0.9));
+    assert!(
+        msg(257, 0.9).contains("n_step = 257 is outside [1, 256]"),
+        "{}",
+        msg(257, 0.9)
+    );
     assert!(msg(3, 1.5).contains("use a discount such as 0.99"));
     assert!(TransitionRing::new(2, 3, 3, f32::NAN).is_err());
-    assert!(TransitionRing::new(0, 3, 3, 0.9).is_err() && TransitionRing::new(2, 0, 3, 0.9).is_err());
+    assert!(
+        TransitionRing::new(0, 3, 3, 0.9).is_err() && TransitionRing::new(2, 0, 3, 0.9).is_err()
+    );
 
     let mut ring = TransitionRing::new(2, 1, 2, 0.9).unwrap();
     let before = ring.clone();
-    let bad_reason = ring.push(&[0.0; 2], &[0; 6], &[1.0; 2], &[0.0; 2], &[0, 5]).unwrap_err();
+    let bad_reason = ring
+        .push(&[0.0; 2], &[0; 6], &[1.0; 2], &[0.0; 2], &[0, 5])
+        .unwrap_err();
     assert_eq!(bad_reason, TransitionError::Reason { env: 1, value: 5 });
-    let short = ring.push(&[0.0; 2], &[0; 5], &[1.0; 2], &[0.0; 2], &[0, 0]).unwrap_err();
-    assert!(short.to_string().starts_with("actions has 5 values, expected 6"), "{short}");
+    let short = ring
+        .push(&[0.0; 2], &[0; 5], &[1.0; 2], &[0.0; 2], &[0, 0])
+        .unwrap_err();
+    assert!(
+        short
+            .to_string()
+            .starts_with("actions has 5 values, expected 6"),
+        "{short}"
+    );
     ring.counts[1] = 1;
-    assert!(matches!(ring.push(&[0.0; 2], &[0; 6], &[1.0; 2], &[0.0; 2], &[0, 0]), Err(TransitionError::Count { env: 1, .. })));
+    assert!(matches!(
+        ring.push(&[0.0; 2], &[0; 6], &[1.0; 2], &[0.0; 2], &[0, 0]),
+        Err(TransitionError::Count { env: 1, .. })
+    ));
     ring.counts[1] = 0;
     assert_eq!(ring, before, "a refused step changes nothing");
 }
@@ -87,7 +121,10 @@ fn the_folded_push_count_keeps_the_slot_and_never_passes_two_n() {
         let mut ring = TransitionRing::new(1, 1, n, 0.9).unwrap();
         for t in 0..(5 * n + 3) {
             let c = ring.counts[0] as usize;
-            assert!(c < 2 * n && c % n == t % n && (c + 1 >= n) == (t + 1 >= n), "n {n} step {t}: count {c}");
+            assert!(
+                c < 2 * n && c % n == t % n && (c + 1 >= n) == (t + 1 >= n),
+                "n {n} step {t}: count {c}"
+            );
             push_one(&mut ring, t, 1.0, 0);
         }
     }
@@ -99,7 +136,14 @@ fn the_folded_push_count_keeps_the_slot_and_never_passes_two_n() {
 /// within the float rounding of k Horner steps) and the discount 0 (terminal) or gamma^k; so
 /// every step up to T - n starts exactly one emitted window. Discounts of 0 and of gamma^k for
 /// several k all occur.
-fn check_windows_of_random_episodes(n: usize, gamma: f32, envs: usize, steps: usize, end_rate: f64, seed: u64) -> Result<(), TestCaseError> {
+fn check_windows_of_random_episodes(
+    n: usize,
+    gamma: f32,
+    envs: usize,
+    steps: usize,
+    end_rate: f64,
+    seed: u64,
+) -> Result<(), TestCaseError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut ring = TransitionRing::new(envs, 2, n, gamma).unwrap();
     let mut history: Vec<Vec<(f32, i32)>> = vec![Vec::new(); envs];
@@ -109,7 +153,11 @@ fn check_windows_of_random_episodes(n: usize, gamma: f32, envs: usize, steps: us
         for (e, h) in history.iter_mut().enumerate() {
             st.extend([t as f32, e as f32]);
             ns.extend([t as f32 + 0.5, e as f32]);
-            let reason = if rng.gen_bool(end_rate) { rng.gen_range(1..=4) } else { 0 };
+            let reason = if rng.gen_bool(end_rate) {
+                rng.gen_range(1..=4)
+            } else {
+                0
+            };
             let reward = rng.gen_range(-1.0f32..1.0);
             h.push((reward, reason));
             r.push(reward);
@@ -122,19 +170,51 @@ fn check_windows_of_random_episodes(n: usize, gamma: f32, envs: usize, steps: us
         prop_assert_eq!(out.len(), envs);
         for (e, h) in history.iter().enumerate() {
             let i = out.states[2 * e] as usize;
-            prop_assert_eq!(i, t + 1 - n, "env {} at step {}: the window starting n - 1 steps back", e, t);
+            prop_assert_eq!(
+                i,
+                t + 1 - n,
+                "env {} at step {}: the window starting n - 1 steps back",
+                e,
+                t
+            );
             prop_assert_eq!(out.states[2 * e + 1], e as f32);
             let j = (out.next_states[2 * e] - 0.5) as usize;
-            prop_assert!(i <= j && j <= t && j < i + n, "window {}..={} at step {}", i, j, t);
+            prop_assert!(
+                i <= j && j <= t && j < i + n,
+                "window {}..={} at step {}",
+                i,
+                j,
+                t
+            );
             let k = j - i + 1;
             let w = &h[i..=j];
-            prop_assert!(w[..k - 1].iter().all(|s| s.1 == 0), "an episode end inside {}..={}", i, j);
+            prop_assert!(
+                w[..k - 1].iter().all(|s| s.1 == 0),
+                "an episode end inside {}..={}",
+                i,
+                j
+            );
             prop_assert!(k == n || w[k - 1].1 != 0);
-            let want: f64 = w.iter().enumerate().map(|(m, s)| f64::from(gamma).powi(m as i32) * f64::from(s.0)).sum();
-            let scale: f64 = w.iter().enumerate().map(|(m, s)| f64::from(gamma).powi(m as i32) * f64::from(s.0).abs()).sum();
-            let bound = 2.0 * k as f64 * f64::from(f32::EPSILON) * scale + f64::from(f32::MIN_POSITIVE);
+            let want: f64 = w
+                .iter()
+                .enumerate()
+                .map(|(m, s)| f64::from(gamma).powi(m as i32) * f64::from(s.0))
+                .sum();
+            let scale: f64 = w
+                .iter()
+                .enumerate()
+                .map(|(m, s)| f64::from(gamma).powi(m as i32) * f64::from(s.0).abs())
+                .sum();
+            let bound =
+                2.0 * k as f64 * f64::from(f32::EPSILON) * scale + f64::from(f32::MIN_POSITIVE);
             let got = f64::from(out.rewards[e]);
-            prop_assert!((got - want).abs() <= bound, "G {} vs {} (bound {:e})", got, want, bound);
+            prop_assert!(
+                (got - want).abs() <= bound,
+                "G {} vs {} (bound {:e})",
+                got,
+                want,
+                bound
+            );
             let d = f64::from(out.discounts[e]);
             if is_terminal(w[k - 1].1) {
                 prop_assert_eq!(d, 0.0);
@@ -151,8 +231,14 @@ fn check_windows_of_random_episodes(n: usize, gamma: f32, envs: usize, steps: us
         prop_assert_eq!(s, &(0..steps.saturating_sub(n - 1)).collect::<Vec<_>>());
     }
     if steps >= 40 && end_rate >= 0.1 {
-        prop_assert!(discounts.iter().any(|&(d, _)| d == 0.0), "no terminal window");
-        prop_assert!(discounts.iter().any(|&(d, k)| d > 0.0 && k < n) || n == 1, "no truncated window shorter than n");
+        prop_assert!(
+            discounts.iter().any(|&(d, _)| d == 0.0),
+            "no terminal window"
+        );
+        prop_assert!(
+            discounts.iter().any(|&(d, k)| d > 0.0 && k < n) || n == 1,
+            "no truncated window shorter than n"
+        );
     }
     Ok(())
 }
@@ -195,14 +281,27 @@ proptest! {
 /// row changed by one ulp, a row written before step n - 1 and a ring count off by one.
 #[test]
 fn the_parity_check_passes_the_oracle_and_catches_one_ulp_an_early_row_and_a_count() {
-    use tallyho::harness::parity::transition::{case_steps, compare_step, oracle_steps, GpuStep, TransitionCase};
+    use tallyho::harness::parity::transition::{
+        case_steps, compare_step, oracle_steps, GpuStep, TransitionCase,
+    };
     use tallyho::transition::poison_rows;
-    let case = TransitionCase { envs: 9, state_dim: 3, n: 3, gamma: 0.9, steps: 12, end_rate: 0.3, seed: 5 };
+    let case = TransitionCase {
+        envs: 9,
+        state_dim: 3,
+        n: 3,
+        gamma: 0.9,
+        steps: 12,
+        end_rate: 0.3,
+        seed: 5,
+    };
     let ring = TransitionRing::new(case.envs, case.state_dim, case.n, case.gamma).unwrap();
     let want = oracle_steps(&ring, &case_steps(&case)).unwrap();
     let as_gpu = |w: &(Option<Transitions>, TransitionRing)| GpuStep {
         emitted: w.0.is_some(),
-        out: w.0.clone().unwrap_or_else(|| poison_rows(case.envs, case.state_dim)),
+        out: w
+            .0
+            .clone()
+            .unwrap_or_else(|| poison_rows(case.envs, case.state_dim)),
         ring: w.1.clone(),
     };
     let failures = |g: &GpuStep, w| compare_step(g, w).iter().filter(|c| !c.passed()).count();
@@ -214,17 +313,26 @@ fn the_parity_check_passes_the_oracle_and_catches_one_ulp_an_early_row_and_a_cou
     assert_eq!(failures(&g, &want[5]), 1);
     let mut g = as_gpu(&want[0]);
     g.out = want[2].0.clone().unwrap();
-    assert!(failures(&g, &want[0]) >= 5, "an early row must fail every field");
+    assert!(
+        failures(&g, &want[0]) >= 5,
+        "an early row must fail every field"
+    );
     let mut g = as_gpu(&want[7]);
     g.ring.counts[8] += 1;
     assert_eq!(failures(&g, &want[7]), 1);
-    assert!(tallyho::harness::fixtures::kernels().any(|k| k == "transition_assemble"), "the fixture family is registered");
+    assert!(
+        tallyho::harness::fixtures::kernels().any(|k| k == "transition_assemble"),
+        "the fixture family is registered"
+    );
 }
 
 mod gpu {
     use super::common::*;
     use proptest::prelude::*;
-    use tallyho::harness::parity::transition::{check_transition_assemble, check_transition_assemble_on, check_transition_graph, case_steps, TransitionCase};
+    use tallyho::harness::parity::transition::{
+        case_steps, check_transition_assemble, check_transition_assemble_on,
+        check_transition_graph, TransitionCase,
+    };
     use tallyho_oracle::transition::TransitionRing;
 
     /// Random N, S, n, gamma, steps and end rates: every launch's rows, the untouched rows
@@ -232,15 +340,36 @@ mod gpu {
     #[test]
     fn transition_assemble_matches_the_oracle_bitwise_on_random_steps() {
         let gpu = gpu();
-        let cases = (1usize..=300, 1usize..=12, 1usize..=6, 0.5f32..=1.0, 1usize..=40, 0.05f64..0.5, any::<u64>());
+        let cases = (
+            1usize..=300,
+            1usize..=12,
+            1usize..=6,
+            0.5f32..=1.0,
+            1usize..=40,
+            0.05f64..0.5,
+            any::<u64>(),
+        );
         runner(file!())
-            .run(&cases, |(envs, state_dim, n, gamma, steps, end_rate, seed)| {
-                let case = TransitionCase { envs, state_dim, n, gamma, steps, end_rate, seed };
-                for c in check_transition_assemble(&gpu, &case).map_err(|e| TestCaseError::fail(e.to_string()))? {
-                    c.check().map_err(TestCaseError::fail)?;
-                }
-                Ok(())
-            })
+            .run(
+                &cases,
+                |(envs, state_dim, n, gamma, steps, end_rate, seed)| {
+                    let case = TransitionCase {
+                        envs,
+                        state_dim,
+                        n,
+                        gamma,
+                        steps,
+                        end_rate,
+                        seed,
+                    };
+                    for c in check_transition_assemble(&gpu, &case)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?
+                    {
+                        c.check().map_err(TestCaseError::fail)?;
+                    }
+                    Ok(())
+                },
+            )
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
@@ -249,7 +378,15 @@ mod gpu {
     fn transition_assemble_matches_the_oracle_at_large_and_odd_sizes() {
         let gpu = gpu();
         for (envs, state_dim, n, seed) in [(783, 33, 3, 1), (4096, 8, 1, 2), (50, 3, 17, 3)] {
-            let case = TransitionCase { envs, state_dim, n, gamma: 0.99, steps: 3 * n + 4, end_rate: 0.2, seed };
+            let case = TransitionCase {
+                envs,
+                state_dim,
+                n,
+                gamma: 0.99,
+                steps: 3 * n + 4,
+                end_rate: 0.2,
+                seed,
+            };
             assert_all(&check_transition_assemble(&gpu, &case).unwrap());
         }
     }
@@ -258,11 +395,26 @@ mod gpu {
     #[test]
     fn transition_assemble_continues_from_an_uploaded_ring() {
         let gpu = gpu();
-        let case = TransitionCase { envs: 37, state_dim: 5, n: 4, gamma: 0.95, steps: 23, end_rate: 0.25, seed: 9 };
+        let case = TransitionCase {
+            envs: 37,
+            state_dim: 5,
+            n: 4,
+            gamma: 0.95,
+            steps: 23,
+            end_rate: 0.25,
+            seed: 9,
+        };
         let steps = case_steps(&case);
         let mut ring = TransitionRing::new(case.envs, case.state_dim, case.n, case.gamma).unwrap();
         for h in &steps[..11] {
-            ring.push(&h.states, &h.actions, &h.rewards, &h.next_states, &h.reasons).unwrap();
+            ring.push(
+                &h.states,
+                &h.actions,
+                &h.rewards,
+                &h.next_states,
+                &h.reasons,
+            )
+            .unwrap();
         }
         assert!(ring.counts[0] as usize >= case.n);
         assert_all(&check_transition_assemble_on(&gpu, &ring, &steps[11..]).unwrap());
@@ -274,7 +426,15 @@ mod gpu {
     fn transition_assemble_graph_replay_is_bitwise_equal_to_eager() {
         let gpu = gpu();
         for (n, seed) in [(1, 1), (3, 2), (5, 3)] {
-            let case = TransitionCase { envs: 257, state_dim: 6, n, gamma: 0.97, steps: 4 * n + 5, end_rate: 0.2, seed };
+            let case = TransitionCase {
+                envs: 257,
+                state_dim: 6,
+                n,
+                gamma: 0.97,
+                steps: 4 * n + 5,
+                end_rate: 0.2,
+                seed,
+            };
             assert_all(&check_transition_graph(&gpu, &case).unwrap());
         }
     }

@@ -80,7 +80,8 @@ pub fn compare_f32(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> C
     };
     for i in 0..c.len {
         let (Some(&g), Some(&w)) = (got.get(i), want.get(i)) else {
-            c.first_failure.get_or_insert((i, f64::NAN, f64::NAN, f64::INFINITY, 0.0));
+            c.first_failure
+                .get_or_insert((i, f64::NAN, f64::NAN, f64::INFINITY, 0.0));
             break;
         };
         let g64 = f64::from(g);
@@ -97,7 +98,11 @@ pub fn compare_f32(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> C
             }
             c.max_ulp = c.max_ulp.max(ulp_distance(g, w as f32));
             let bound = tol.bound(w);
-            let ok = if tol.exact { g.to_bits() == (w as f32).to_bits() } else { err <= bound };
+            let ok = if tol.exact {
+                g.to_bits() == (w as f32).to_bits()
+            } else {
+                err <= bound
+            };
             (err, bound, ok)
         };
         if !ok && c.first_failure.is_none() {
@@ -112,7 +117,15 @@ pub fn compare_f32(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> C
 /// side, fails; so does a length mismatch. A failure reports the element with the largest
 /// error.
 pub fn compare_rel_norm(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> Comparison {
-    let mut c = compare_f32(output, got, want, Tolerance { norm: false, ..Tolerance::float32("") });
+    let mut c = compare_f32(
+        output,
+        got,
+        want,
+        Tolerance {
+            norm: false,
+            ..Tolerance::float32("")
+        },
+    );
     c.tolerance = tol;
     c.first_failure = None;
     let (mut err2, mut ref2, mut worst) = (0.0f64, 0.0f64, (0usize, 0.0f64));
@@ -126,7 +139,13 @@ pub fn compare_rel_norm(output: &str, got: &[f32], want: &[f64], tol: Tolerance)
             worst = (i, e.abs());
         }
     }
-    let rel = if ref2 > 0.0 { (err2 / ref2).sqrt() } else if err2 == 0.0 { 0.0 } else { f64::INFINITY };
+    let rel = if ref2 > 0.0 {
+        (err2 / ref2).sqrt()
+    } else if err2 == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    };
     c.rel_norm = rel;
     if !finite || !(rel <= tol.rtol) {
         let i = worst.0;
@@ -138,7 +157,11 @@ pub fn compare_rel_norm(output: &str, got: &[f32], want: &[f64], tol: Tolerance)
 }
 
 /// Compare integer results exactly.
-pub fn compare_exact<T: Copy + PartialEq + Into<f64>>(output: &str, got: &[T], want: &[T]) -> Comparison {
+pub fn compare_exact<T: Copy + PartialEq + Into<f64>>(
+    output: &str,
+    got: &[T],
+    want: &[T],
+) -> Comparison {
     let mut c = Comparison {
         output: output.to_string(),
         len: got.len().max(want.len()),
@@ -168,7 +191,12 @@ pub fn compare_bitwise(output: &str, got: &[f32], want: &[f32]) -> Comparison {
     let g: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
     let w: Vec<u32> = want.iter().map(|x| x.to_bits()).collect();
     let mut c = compare_exact(output, &g, &w);
-    c.max_ulp = got.iter().zip(want).map(|(&a, &b)| ulp_distance(a, b)).max().unwrap_or(0);
+    c.max_ulp = got
+        .iter()
+        .zip(want)
+        .map(|(&a, &b)| ulp_distance(a, b))
+        .max()
+        .unwrap_or(0);
     c
 }
 

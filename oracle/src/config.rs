@@ -9,24 +9,56 @@ pub enum ConfigError {
     #[error("{name} is 0: it must be at least 1")]
     Zero { name: &'static str },
     #[error("capacity {capacity} is below 4 x batch {batch} (= {need}): raise --capacity or lower --batch")]
-    CapacityBelowFourBatches { capacity: usize, batch: usize, need: usize },
+    CapacityBelowFourBatches {
+        capacity: usize,
+        batch: usize,
+        need: usize,
+    },
     #[error("capacity {capacity} exceeds the supported maximum {max} (2^30): lower --capacity")]
     CapacityTooLarge { capacity: usize, max: usize },
     #[error("{name} = {value} is outside {range}: {fix}")]
-    OutOfRange { name: &'static str, value: f64, range: &'static str, fix: &'static str },
-    #[error("capacity {capacity} is below 4 x envs {envs} (= {need}): raise --capacity or lower --envs")]
-    CapacityBelowFourInserts { capacity: usize, envs: usize, need: usize },
+    OutOfRange {
+        name: &'static str,
+        value: f64,
+        range: &'static str,
+        fix: &'static str,
+    },
+    #[error(
+        "capacity {capacity} is below 4 x envs {envs} (= {need}): raise --capacity or lower --envs"
+    )]
+    CapacityBelowFourInserts {
+        capacity: usize,
+        envs: usize,
+        need: usize,
+    },
     #[error("{name} {value} is not the state width {want} ({features} market features + {portfolio} portfolio features): set it with TrainConfig::resolve, which derives it from the features")]
-    StateDimMismatch { name: &'static str, value: usize, want: usize, features: usize, portfolio: usize },
+    StateDimMismatch {
+        name: &'static str,
+        value: usize,
+        want: usize,
+        features: usize,
+        portfolio: usize,
+    },
     #[error("qnet.branches {got:?} are not the action space {want:?} (direction, size, order type): use tallyho_oracle::action::ACTION_BRANCHES")]
     BranchesMismatch { got: Vec<usize>, want: Vec<usize> },
 }
 
 /// `Err(OutOfRange)` unless `ok` (callers write `ok` so that NaN fails it).
-pub(crate) fn require(ok: bool, name: &'static str, value: impl Into<f64>, range: &'static str, fix: &'static str) -> Result<(), ConfigError> {
+pub(crate) fn require(
+    ok: bool,
+    name: &'static str,
+    value: impl Into<f64>,
+    range: &'static str,
+    fix: &'static str,
+) -> Result<(), ConfigError> {
     if ok {
         Ok(())
     } else {
-        Err(ConfigError::OutOfRange { name, value: value.into(), range, fix })
+        Err(ConfigError::OutOfRange {
+            name,
+            value: value.into(),
+            range,
+            fix,
+        })
     }
 }

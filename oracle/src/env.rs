@@ -23,7 +23,10 @@
 //! not the env's: the reward pipeline ([`crate::reward`]) makes it from the step's PnL and
 //! the position.
 
-use crate::action::{ACTION_BRANCHES, BRANCH_COUNT, BRANCH_DIRECTION, BRANCH_ORDER_TYPE, BRANCH_SIZE, BUY, IOC, MARKET, SELL};
+use crate::action::{
+    ACTION_BRANCHES, BRANCH_COUNT, BRANCH_DIRECTION, BRANCH_ORDER_TYPE, BRANCH_SIZE, BUY, IOC,
+    MARKET, SELL,
+};
 use crate::config::{require, ConfigError};
 use crate::philox::{self, stream};
 use serde::{Deserialize, Serialize};
@@ -95,12 +98,48 @@ impl EnvConfig {
             return Err(ConfigError::Zero { name: "max_steps" });
         }
         let p = |v: f32| (0.0..=1.0).contains(&v);
-        require(self.envs <= 1 << 24, "envs", self.envs as f64, "[1, 2^24]", "lower --envs")?;
-        require(self.max_position >= 1, "max_position", self.max_position, ">= 1", "allow at least one contract")?;
-        require(self.point_value > 0.0, "point_value", self.point_value, "> 0", "the contract's currency per point (ES: 50)")?;
-        require(self.commission >= 0.0, "commission", self.commission, ">= 0", "a fee per contract such as 2.5")?;
-        require(p(self.ioc_fill_prob), "ioc_fill_prob", self.ioc_fill_prob, "[0, 1]", "a probability such as 0.8")?;
-        require(p(self.limit_fill_min), "limit_fill_min", self.limit_fill_min, "[0, 1]", "a probability such as 0.2")?;
+        require(
+            self.envs <= 1 << 24,
+            "envs",
+            self.envs as f64,
+            "[1, 2^24]",
+            "lower --envs",
+        )?;
+        require(
+            self.max_position >= 1,
+            "max_position",
+            self.max_position,
+            ">= 1",
+            "allow at least one contract",
+        )?;
+        require(
+            self.point_value > 0.0,
+            "point_value",
+            self.point_value,
+            "> 0",
+            "the contract's currency per point (ES: 50)",
+        )?;
+        require(
+            self.commission >= 0.0,
+            "commission",
+            self.commission,
+            ">= 0",
+            "a fee per contract such as 2.5",
+        )?;
+        require(
+            p(self.ioc_fill_prob),
+            "ioc_fill_prob",
+            self.ioc_fill_prob,
+            "[0, 1]",
+            "a probability such as 0.8",
+        )?;
+        require(
+            p(self.limit_fill_min),
+            "limit_fill_min",
+            self.limit_fill_min,
+            "[0, 1]",
+            "a probability such as 0.2",
+        )?;
         require(
             p(self.limit_fill_max) && self.limit_fill_max >= self.limit_fill_min,
             "limit_fill_max",
@@ -108,9 +147,27 @@ impl EnvConfig {
             "[limit_fill_min, 1]",
             "a probability at least limit_fill_min",
         )?;
-        require(p(self.limit_capture), "limit_capture", self.limit_capture, "[0, 1]", "a share of the spread such as 0.5")?;
-        require((0.0..1.0).contains(&self.take_profit), "take_profit", self.take_profit, "[0, 1)", "a fraction such as 0.003, or 0 for none")?;
-        require((0.0..1.0).contains(&self.stop_loss), "stop_loss", self.stop_loss, "[0, 1)", "a fraction such as 0.0015, or 0 for none")?;
+        require(
+            p(self.limit_capture),
+            "limit_capture",
+            self.limit_capture,
+            "[0, 1]",
+            "a share of the spread such as 0.5",
+        )?;
+        require(
+            (0.0..1.0).contains(&self.take_profit),
+            "take_profit",
+            self.take_profit,
+            "[0, 1)",
+            "a fraction such as 0.003, or 0 for none",
+        )?;
+        require(
+            (0.0..1.0).contains(&self.stop_loss),
+            "stop_loss",
+            self.stop_loss,
+            "[0, 1)",
+            "a fraction such as 0.0015, or 0 for none",
+        )?;
         let ok = branches.len() == BRANCH_COUNT
             && branches[BRANCH_DIRECTION] == ACTION_BRANCHES[BRANCH_DIRECTION]
             && branches[BRANCH_ORDER_TYPE] == ACTION_BRANCHES[BRANCH_ORDER_TYPE]
@@ -172,12 +229,18 @@ pub struct Split {
 impl Split {
     /// The training split of a market: `[first_bar, train_end)`.
     pub fn train(m: &crate::features::Market) -> Self {
-        Split { lo: m.first_bar as u32, hi: m.train_end as u32 }
+        Split {
+            lo: m.first_bar as u32,
+            hi: m.train_end as u32,
+        }
     }
 
     /// The test split: `[train_end, bars)`.
     pub fn test(m: &crate::features::Market) -> Self {
-        Split { lo: m.train_end as u32, hi: m.bars as u32 }
+        Split {
+            lo: m.train_end as u32,
+            hi: m.bars as u32,
+        }
     }
 
     pub fn validate(&self, bars: usize) -> Result<(), ConfigError> {
@@ -279,8 +342,19 @@ pub fn state_gather(cfg: &EnvConfig, m: &EnvMarket, st: &EnvState) -> Vec<f32> {
 }
 
 /// The portfolio part of env n's state, in the kernel's operation order.
-pub fn portfolio_features(cfg: &EnvConfig, m: &EnvMarket, st: &EnvState, n: usize) -> [f32; PORTFOLIO_FEATURES] {
-    let held = Held { position: st.position[n], entry: st.entry[n], steps: st.steps[n], realized: st.realized[n], fees: st.fees[n] };
+pub fn portfolio_features(
+    cfg: &EnvConfig,
+    m: &EnvMarket,
+    st: &EnvState,
+    n: usize,
+) -> [f32; PORTFOLIO_FEATURES] {
+    let held = Held {
+        position: st.position[n],
+        entry: st.entry[n],
+        steps: st.steps[n],
+        realized: st.realized[n],
+        fees: st.fees[n],
+    };
     portfolio_row(cfg, m.close[st.bar[n] as usize], &held)
 }
 
@@ -297,7 +371,11 @@ struct Held {
 /// The portfolio features of `h` at a bar closing at `close` (the kernels' `portfolio_value`).
 fn portfolio_row(cfg: &EnvConfig, close: f32, h: &Held) -> [f32; PORTFOLIO_FEATURES] {
     let pos = h.position;
-    let open_return = if pos != 0 { (close - h.entry) * sign(pos) / h.entry * 100.0 } else { 0.0 };
+    let open_return = if pos != 0 {
+        (close - h.entry) * sign(pos) / h.entry * 100.0
+    } else {
+        0.0
+    };
     [
         pos as f32 / cfg.max_position as f32,
         open_return,
@@ -311,7 +389,13 @@ fn portfolio_row(cfg: &EnvConfig, close: f32, h: &Held) -> [f32; PORTFOLIO_FEATU
 /// the action is `floor(r_k n_k / 2^32)`, else the argmax over the branch's Q-values (the
 /// expected value over atoms, `q` as the Q-forward wrote it, `[N x sum n_k]`), the lowest
 /// index on ties (a NaN never wins). Returns `[N x K]`.
-pub fn action_select(seed: u64, branches: &[usize], epsilon: f32, q: &[f32], st: &EnvState) -> Vec<i32> {
+pub fn action_select(
+    seed: u64,
+    branches: &[usize],
+    epsilon: f32,
+    q: &[f32],
+    st: &EnvState,
+) -> Vec<i32> {
     let width: usize = branches.iter().sum();
     let mut out = Vec::with_capacity(st.len() * branches.len());
     for n in 0..st.len() {
@@ -365,7 +449,11 @@ pub struct Fills {
 /// at the fill price. `net_before = realized - fees` is read before the fill, for every env.
 pub fn fill_step(cfg: &EnvConfig, m: &EnvMarket, st: &mut EnvState, actions: &[i32]) -> Fills {
     let n_envs = st.len();
-    let mut fills = Fills { filled: vec![0; n_envs], price: vec![0.0; n_envs], net_before: vec![0.0; n_envs] };
+    let mut fills = Fills {
+        filled: vec![0; n_envs],
+        price: vec![0.0; n_envs],
+        net_before: vec![0.0; n_envs],
+    };
     for n in 0..n_envs {
         fills.net_before[n] = st.realized[n] - st.fees[n];
         let a = &actions[BRANCH_COUNT * n..BRANCH_COUNT * (n + 1)];
@@ -375,7 +463,8 @@ pub fn fill_step(cfg: &EnvConfig, m: &EnvMarket, st: &mut EnvState, actions: &[i
             _ => 0,
         };
         let pos = st.position[n];
-        let q = (pos + side * (a[BRANCH_SIZE] + 1)).clamp(-cfg.max_position, cfg.max_position) - pos;
+        let q =
+            (pos + side * (a[BRANCH_SIZE] + 1)).clamp(-cfg.max_position, cfg.max_position) - pos;
         if q == 0 {
             continue;
         }
@@ -461,7 +550,13 @@ pub struct Outcome {
 ///   next step's `state_gather` row, bit for bit.
 /// - The clock advances; a done env resets flat to `Split::start(seed, n, clock)`, its
 ///   equity and episode counters to 0.
-pub fn barriers(cfg: &EnvConfig, m: &EnvMarket, split: Split, st: &mut EnvState, net_before: &[f32]) -> Outcome {
+pub fn barriers(
+    cfg: &EnvConfig,
+    m: &EnvMarket,
+    split: Split,
+    st: &mut EnvState,
+    net_before: &[f32],
+) -> Outcome {
     let n_envs = st.len();
     let (f, s_dim) = (m.feature_dim, m.state_dim());
     let mut out = Outcome {
@@ -478,13 +573,21 @@ pub fn barriers(cfg: &EnvConfig, m: &EnvMarket, split: Split, st: &mut EnvState,
         let mut reason = 0;
         let mut exit = 0.0f32;
         if pos != 0 && cfg.stop_loss > 0.0 {
-            let px = if long { entry * (1.0 - cfg.stop_loss) } else { entry * (1.0 + cfg.stop_loss) };
+            let px = if long {
+                entry * (1.0 - cfg.stop_loss)
+            } else {
+                entry * (1.0 + cfg.stop_loss)
+            };
             if (long && m.low[t] <= px) || (!long && m.high[t] >= px) {
                 (reason, exit) = (STOP_LOSS, px);
             }
         }
         if pos != 0 && reason == 0 && cfg.take_profit > 0.0 {
-            let px = if long { entry * (1.0 + cfg.take_profit) } else { entry * (1.0 - cfg.take_profit) };
+            let px = if long {
+                entry * (1.0 + cfg.take_profit)
+            } else {
+                entry * (1.0 - cfg.take_profit)
+            };
             if (long && m.high[t] >= px) || (!long && m.low[t] <= px) {
                 (reason, exit) = (TAKE_PROFIT, px);
             }
@@ -507,12 +610,24 @@ pub fn barriers(cfg: &EnvConfig, m: &EnvMarket, split: Split, st: &mut EnvState,
             held = 0;
         }
         let mid = (m.bid[t] + m.ask[t]) * 0.5;
-        let unrealized = if held != 0 { (mid - entry) * s * (held.unsigned_abs() as f32 * cfg.point_value) } else { 0.0 };
+        let unrealized = if held != 0 {
+            (mid - entry) * s * (held.unsigned_abs() as f32 * cfg.point_value)
+        } else {
+            0.0
+        };
         let equity = (st.realized[n] - st.fees[n]) + unrealized;
         out.pnl[n] = (st.realized[n] - st.fees[n]) - net0;
-        let after = Held { position: held, entry, steps, realized: st.realized[n], fees: st.fees[n] };
-        out.next_states.extend_from_slice(&m.features[t * f..(t + 1) * f]);
-        out.next_states.extend_from_slice(&portfolio_row(cfg, m.close[t], &after));
+        let after = Held {
+            position: held,
+            entry,
+            steps,
+            realized: st.realized[n],
+            fees: st.fees[n],
+        };
+        out.next_states
+            .extend_from_slice(&m.features[t * f..(t + 1) * f]);
+        out.next_states
+            .extend_from_slice(&portfolio_row(cfg, m.close[t], &after));
         st.clock[n] += 1;
         if reason != 0 {
             out.done[n] = 1.0;
@@ -560,5 +675,10 @@ pub fn env_step(
     let actions = action_select(cfg.seed, branches, epsilon, &q, st);
     let fills = fill_step(cfg, m, st, &actions);
     let outcome = barriers(cfg, m, split, st, &fills.net_before);
-    Step { states, actions, fills, outcome }
+    Step {
+        states,
+        actions,
+        fills,
+        outcome,
+    }
 }

@@ -54,7 +54,9 @@ pub struct FeatureConfig {
 
 impl Default for FeatureConfig {
     fn default() -> Self {
-        FeatureConfig { train_fraction: 0.8 }
+        FeatureConfig {
+            train_fraction: 0.8,
+        }
     }
 }
 
@@ -64,7 +66,11 @@ impl FeatureConfig {
             Ok(())
         } else {
             let fix = "use a fraction strictly between 0 and 1, e.g. 0.8";
-            Err(MarketError::BadConfig { name: "train_fraction", value: self.train_fraction.to_string(), fix })
+            Err(MarketError::BadConfig {
+                name: "train_fraction",
+                value: self.train_fraction.to_string(),
+                fix,
+            })
         }
     }
 }
@@ -106,8 +112,13 @@ fn raw_features(b: &Bars, t: usize) -> [f64; FEATURE_DIM] {
     let ret = |h: usize| (c[t] / c[t.saturating_sub(h)]).ln();
     let returns: Vec<f64> = window(t).map(|i| (c[i] / c[i - 1]).ln()).collect();
     let sizes = b.bid_size[t] + b.ask_size[t];
-    let ofi = if sizes > 0.0 { (b.bid_size[t] - b.ask_size[t]) / sizes } else { 0.0 };
-    let phase = std::f64::consts::TAU * b.time_ms[t].rem_euclid(MS_PER_DAY) as f64 / MS_PER_DAY as f64;
+    let ofi = if sizes > 0.0 {
+        (b.bid_size[t] - b.ask_size[t]) / sizes
+    } else {
+        0.0
+    };
+    let phase =
+        std::f64::consts::TAU * b.time_ms[t].rem_euclid(MS_PER_DAY) as f64 / MS_PER_DAY as f64;
     let [r1, r5, r15, r60] = RETURN_HORIZONS.map(ret);
     [
         r1,
@@ -137,7 +148,10 @@ fn mean_std(x: &[f64]) -> (f64, f64) {
     }
     let n = x.len() as f64;
     let mean = x.iter().sum::<f64>() / n;
-    (mean, (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt())
+    (
+        mean,
+        (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt(),
+    )
 }
 
 /// Builds the uploaded arrays from checked bars.
@@ -153,17 +167,30 @@ pub fn build(bars: &Bars, cfg: &FeatureConfig) -> Result<Market, MarketError> {
     let usable = n.saturating_sub(WARMUP);
     let train = (cfg.train_fraction * usable as f64).floor() as usize;
     if train < 2 || usable - train < 1 {
-        return Err(MarketError::TooFewBars { bars: n, warmup: WARMUP, train, test: usable - train });
+        return Err(MarketError::TooFewBars {
+            bars: n,
+            warmup: WARMUP,
+            train,
+            test: usable - train,
+        });
     }
     let train_end = WARMUP + train;
     let raw: Vec<[f64; FEATURE_DIM]> = (0..n).map(|t| raw_features(bars, t)).collect();
     let (mean, std): (Vec<f64>, Vec<f64>) = (0..FEATURE_DIM)
         .map(|j| {
-            let (m, s) = mean_std(&raw[WARMUP..train_end].iter().map(|x| x[j]).collect::<Vec<_>>());
+            let (m, s) = mean_std(
+                &raw[WARMUP..train_end]
+                    .iter()
+                    .map(|x| x[j])
+                    .collect::<Vec<_>>(),
+            );
             (m, if s < STD_FLOOR { 1.0 } else { s })
         })
         .unzip();
-    let features = raw.iter().flat_map(|x| (0..FEATURE_DIM).map(|j| ((x[j] - mean[j]) / std[j]) as f32)).collect();
+    let features = raw
+        .iter()
+        .flat_map(|x| (0..FEATURE_DIM).map(|j| ((x[j] - mean[j]) / std[j]) as f32))
+        .collect();
 
     let c = &bars.close;
     let volatility = (0..n)
@@ -173,7 +200,11 @@ pub fn build(bars: &Bars, cfg: &FeatureConfig) -> Result<Market, MarketError> {
         })
         .collect();
     let f32s = |x: &[f64]| x.iter().map(|&v| v as f32).collect::<Vec<f32>>();
-    let next = |x: &[f64]| (0..n).map(|t| x[(t + 1).min(n - 1)] as f32).collect::<Vec<f32>>();
+    let next = |x: &[f64]| {
+        (0..n)
+            .map(|t| x[(t + 1).min(n - 1)] as f32)
+            .collect::<Vec<f32>>()
+    };
     let spread: Vec<f64> = bars.ask.iter().zip(&bars.bid).map(|(a, b)| a - b).collect();
     Ok(Market {
         bars: n,

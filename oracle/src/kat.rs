@@ -18,16 +18,25 @@ pub fn parse_kat(text: &str) -> Result<Vec<KatVector>, String> {
         }
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() != 12 {
-            return Err(format!("line {}: expected 12 fields, found {}: {line:?}", n + 1, f.len()));
+            return Err(format!(
+                "line {}: expected 12 fields, found {}: {line:?}",
+                n + 1,
+                f.len()
+            ));
         }
         if f[0] != "philox4x32" || f[1] != "10" {
             continue;
         }
         let mut w = [0u32; 10];
         for (k, s) in f[2..].iter().enumerate() {
-            w[k] = u32::from_str_radix(s, 16).map_err(|e| format!("line {}: field {:?}: {e}", n + 1, s))?;
+            w[k] = u32::from_str_radix(s, 16)
+                .map_err(|e| format!("line {}: field {:?}: {e}", n + 1, s))?;
         }
-        out.push(KatVector { counter: [w[0], w[1], w[2], w[3]], key: [w[4], w[5]], expected: [w[6], w[7], w[8], w[9]] });
+        out.push(KatVector {
+            counter: [w[0], w[1], w[2], w[3]],
+            key: [w[4], w[5]],
+            expected: [w[6], w[7], w[8], w[9]],
+        });
     }
     if out.is_empty() {
         return Err("no philox4x32 10-round vectors found".into());
@@ -38,8 +47,15 @@ pub fn parse_kat(text: &str) -> Result<Vec<KatVector>, String> {
 /// Read and parse `random123-kat/philox4x32_10.txt` from the shared data
 /// ([`crate::shared_data::dir`]).
 pub fn load_philox_kat() -> Result<Vec<KatVector>, String> {
-    let path = crate::shared_data::dir().map_err(|e| e.to_string())?.join("random123-kat").join("philox4x32_10.txt");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read {}: {e} (set TALLYHO_SHARED_DATA to the shared data folder)", path.display()))?;
+    let path = crate::shared_data::dir()
+        .map_err(|e| e.to_string())?
+        .join("random123-kat")
+        .join("philox4x32_10.txt");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "cannot read {}: {e} (set TALLYHO_SHARED_DATA to the shared data folder)",
+            path.display()
+        )
+    })?;
     parse_kat(&text)
 }

@@ -8,8 +8,9 @@
 pub mod action;
 pub mod compare;
 pub mod config;
-pub mod features;
 pub mod env;
+pub mod evaluate;
+pub mod features;
 pub mod gemm;
 pub mod kat;
 pub mod market;
@@ -22,12 +23,13 @@ pub mod schedule;
 pub mod shared_data;
 pub mod tolerance;
 pub mod train_config;
+pub mod trainer;
 pub mod transition;
 
 pub use compare::{compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison};
 pub use config::ConfigError;
-pub use train_config::TrainConfig;
 pub use features::{FeatureConfig, Market};
 pub use market::{Bars, MarketError, SyntheticConfig};
 pub use replay::ReplayConfig;
 pub use tolerance::Tolerance;
+pub use train_config::TrainConfig;

@@ -33,7 +33,11 @@ pub struct AdamState {
 
 impl AdamState {
     pub fn new(n: usize) -> Self {
-        AdamState { m: vec![0.0; n], v: vec![0.0; n], step: 0 }
+        AdamState {
+            m: vec![0.0; n],
+            v: vec![0.0; n],
+            step: 0,
+        }
     }
 }
 
@@ -54,7 +58,12 @@ pub fn adam_step(cfg: &QNetConfig, params: &mut [f64], grads: &[f64], state: &mu
     let (b1, b2) = (f64::from(cfg.adam_beta1), f64::from(cfg.adam_beta2));
     let (lr, eps) = (f64::from(cfg.lr), f64::from(cfg.adam_eps));
     let (bc1, bc2) = (1.0 - b1.powf(t), 1.0 - b2.powf(t));
-    for (((p, &g), m), v) in params.iter_mut().zip(grads).zip(state.m.iter_mut()).zip(state.v.iter_mut()) {
+    for (((p, &g), m), v) in params
+        .iter_mut()
+        .zip(grads)
+        .zip(state.m.iter_mut())
+        .zip(state.v.iter_mut())
+    {
         *m = b1 * *m + (1.0 - b1) * g;
         *v = b2 * *v + (1.0 - b2) * g * g;
         let (mhat, vhat) = (*m / bc1, *v / bc2);

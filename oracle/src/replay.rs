@@ -65,7 +65,11 @@ impl Default for ReplayConfig {
 
 impl ReplayConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        for (name, v) in [("capacity", self.capacity), ("state_dim", self.state_dim), ("batch", self.batch)] {
+        for (name, v) in [
+            ("capacity", self.capacity),
+            ("state_dim", self.state_dim),
+            ("batch", self.batch),
+        ] {
             if v == 0 {
                 return Err(ConfigError::Zero { name });
             }
@@ -78,16 +82,45 @@ impl ReplayConfig {
             });
         }
         if self.capacity > MAX_CAPACITY {
-            return Err(ConfigError::CapacityTooLarge { capacity: self.capacity, max: MAX_CAPACITY });
+            return Err(ConfigError::CapacityTooLarge {
+                capacity: self.capacity,
+                max: MAX_CAPACITY,
+            });
         }
         let ranges = [
-            ("alpha", self.alpha, 0.0, 1.0, "[0, 1]", "use 0 for uniform sampling, up to 1 for fully proportional"),
-            ("eps", self.eps, 0.0, 1.0, "[0, 1]", "a small positive offset such as 1e-6"),
-            ("beta0", self.beta0, 0.0, 1.0, "[0, 1]", "a start value such as 0.4"),
+            (
+                "alpha",
+                self.alpha,
+                0.0,
+                1.0,
+                "[0, 1]",
+                "use 0 for uniform sampling, up to 1 for fully proportional",
+            ),
+            (
+                "eps",
+                self.eps,
+                0.0,
+                1.0,
+                "[0, 1]",
+                "a small positive offset such as 1e-6",
+            ),
+            (
+                "beta0",
+                self.beta0,
+                0.0,
+                1.0,
+                "[0, 1]",
+                "a start value such as 0.4",
+            ),
         ];
         for (name, v, lo, hi, range, fix) in ranges {
             if !(lo..=hi).contains(&v) {
-                return Err(ConfigError::OutOfRange { name, value: f64::from(v), range, fix });
+                return Err(ConfigError::OutOfRange {
+                    name,
+                    value: f64::from(v),
+                    range,
+                    fix,
+                });
             }
         }
         Ok(())
@@ -125,7 +158,12 @@ pub struct ReplayCtl {
 
 impl Default for ReplayCtl {
     fn default() -> Self {
-        ReplayCtl { cursor: 0, size: 0, sample_step: 0, max_priority: 1.0 }
+        ReplayCtl {
+            cursor: 0,
+            size: 0,
+            sample_step: 0,
+            max_priority: 1.0,
+        }
     }
 }
 
@@ -165,7 +203,8 @@ impl Transitions {
     /// Copy row `from` of `src` into row `to` of `self`.
     fn copy_row(&mut self, to: usize, src: &Transitions, from: usize, s: usize) {
         self.states[to * s..(to + 1) * s].copy_from_slice(&src.states[from * s..(from + 1) * s]);
-        self.next_states[to * s..(to + 1) * s].copy_from_slice(&src.next_states[from * s..(from + 1) * s]);
+        self.next_states[to * s..(to + 1) * s]
+            .copy_from_slice(&src.next_states[from * s..(from + 1) * s]);
         let a = BRANCH_COUNT;
         self.actions[to * a..(to + 1) * a].copy_from_slice(&src.actions[from * a..(from + 1) * a]);
         self.rewards[to] = src.rewards[from];
@@ -233,8 +272,13 @@ pub fn sum_tree_is_consistent(tree: &[f32]) -> bool {
 pub fn replay_insert(st: &mut ReplayState, batch: &Transitions) {
     let (c, s, l) = (st.cfg.capacity, st.cfg.state_dim, st.cfg.leaves());
     let n = batch.len();
-    debug_assert!(n <= c, "insert of {n} transitions exceeds capacity {c}: callers validate");
-    let slots: Vec<u32> = (0..n).map(|j| ((st.ctl.cursor as usize + j) % c) as u32).collect();
+    debug_assert!(
+        n <= c,
+        "insert of {n} transitions exceeds capacity {c}: callers validate"
+    );
+    let slots: Vec<u32> = (0..n)
+        .map(|j| ((st.ctl.cursor as usize + j) % c) as u32)
+        .collect();
     for (j, &slot) in slots.iter().enumerate() {
         st.store.copy_row(slot as usize, batch, j, s);
         st.tree[l + slot as usize] = st.ctl.max_priority;
@@ -247,7 +291,9 @@ pub fn replay_insert(st: &mut ReplayState, batch: &Transitions) {
 /// Importance exponent at a sample step: `min(1, fma(step, beta_inc, beta0))` in float, with
 /// `beta_inc = (1 - beta0) / beta_steps` rounded once (`ReplayConfig::beta_increment`).
 pub fn replay_beta(cfg: &ReplayConfig, step: u32) -> f32 {
-    (step as f32).mul_add(cfg.beta_increment(), cfg.beta0).min(1.0)
+    (step as f32)
+        .mul_add(cfg.beta_increment(), cfg.beta0)
+        .min(1.0)
 }
 
 /// Stratified thresholds in [0, total): `t_i = (i + u_i) * (total / B)` in float, each
@@ -287,7 +333,10 @@ pub fn sum_tree_descend(tree: &[f32], leaves: usize, mut t: f32) -> u32 {
 /// (N and the total cancel). Evaluated in f64.
 pub fn replay_is_weights(priorities: &[f32], beta: f32) -> Vec<f64> {
     let p_min = priorities.iter().copied().fold(f32::INFINITY, f32::min);
-    priorities.iter().map(|&p| (f64::from(p) / f64::from(p_min)).powf(-f64::from(beta))).collect()
+    priorities
+        .iter()
+        .map(|&p| (f64::from(p) / f64::from(p_min)).powf(-f64::from(beta)))
+        .collect()
 }
 
 /// `replay_sample`: B thresholds by Philox at the current sample step, a descent for each, the
@@ -297,11 +346,18 @@ pub fn replay_sample(st: &mut ReplayState) -> Sample {
     let cfg = &st.cfg;
     let step = st.ctl.sample_step;
     let thresholds = replay_thresholds(st.total(), cfg.batch, cfg.seed, step);
-    let indices: Vec<u32> = thresholds.iter().map(|&t| sum_tree_descend(&st.tree, cfg.leaves(), t)).collect();
+    let indices: Vec<u32> = thresholds
+        .iter()
+        .map(|&t| sum_tree_descend(&st.tree, cfg.leaves(), t))
+        .collect();
     let priorities: Vec<f32> = indices.iter().map(|&i| st.leaf(i as usize)).collect();
     let weights = replay_is_weights(&priorities, replay_beta(cfg, step));
     st.ctl.sample_step = step.wrapping_add(1);
-    Sample { thresholds, indices, weights }
+    Sample {
+        thresholds,
+        indices,
+        weights,
+    }
 }
 
 /// `replay_gather`: the transitions at `indices`, in batch order.
@@ -324,7 +380,10 @@ pub fn replay_priority(td_abs: f32, alpha: f32, eps: f32) -> f64 {
 /// f64 priorities in batch order.
 pub fn replay_update_priorities(st: &mut ReplayState, indices: &[u32], td_abs: &[f32]) -> Vec<f64> {
     let l = st.cfg.leaves();
-    let p: Vec<f64> = td_abs.iter().map(|&d| replay_priority(d, st.cfg.alpha, st.cfg.eps)).collect();
+    let p: Vec<f64> = td_abs
+        .iter()
+        .map(|&d| replay_priority(d, st.cfg.alpha, st.cfg.eps))
+        .collect();
     for (&i, &pj) in indices.iter().zip(&p) {
         st.tree[l + i as usize] = pj as f32;
         st.ctl.max_priority = st.ctl.max_priority.max(pj as f32);
@@ -339,21 +398,48 @@ mod tests {
 
     #[test]
     fn capacity_below_four_batches_is_refused_with_the_fix() {
-        let cfg = ReplayConfig { capacity: 512, batch: 256, ..ReplayConfig::default() };
+        let cfg = ReplayConfig {
+            capacity: 512,
+            batch: 256,
+            ..ReplayConfig::default()
+        };
         let msg = cfg.validate().unwrap_err().to_string();
-        assert_eq!(msg, "capacity 512 is below 4 x batch 256 (= 1024): raise --capacity or lower --batch");
+        assert_eq!(
+            msg,
+            "capacity 512 is below 4 x batch 256 (= 1024): raise --capacity or lower --batch"
+        );
     }
 
     #[test]
     fn zero_sizes_and_out_of_range_constants_are_refused() {
-        assert!(ReplayConfig { state_dim: 0, ..ReplayConfig::default() }.validate().is_err());
-        assert!(ReplayConfig { alpha: 1.5, ..ReplayConfig::default() }.validate().is_err());
-        assert!(ReplayConfig { eps: f32::NAN, ..ReplayConfig::default() }.validate().is_err());
+        assert!(ReplayConfig {
+            state_dim: 0,
+            ..ReplayConfig::default()
+        }
+        .validate()
+        .is_err());
+        assert!(ReplayConfig {
+            alpha: 1.5,
+            ..ReplayConfig::default()
+        }
+        .validate()
+        .is_err());
+        assert!(ReplayConfig {
+            eps: f32::NAN,
+            ..ReplayConfig::default()
+        }
+        .validate()
+        .is_err());
         assert!(ReplayConfig::default().validate().is_ok());
     }
 
     fn cfg(capacity: usize, batch: usize) -> ReplayConfig {
-        ReplayConfig { capacity, batch, state_dim: 2, ..ReplayConfig::default() }
+        ReplayConfig {
+            capacity,
+            batch,
+            state_dim: 2,
+            ..ReplayConfig::default()
+        }
     }
 
     fn transitions(n: usize, s: usize, base: f32) -> Transitions {
@@ -394,7 +480,10 @@ mod tests {
         replay_update_priorities(&mut st, &[3, 5, 3], &[0.5, 2.0, 0.25]);
         let want = replay_priority(0.25, st.cfg.alpha, st.cfg.eps) as f32;
         assert_eq!(st.leaf(3), want);
-        assert_eq!(st.ctl.max_priority, replay_priority(2.0, st.cfg.alpha, st.cfg.eps) as f32);
+        assert_eq!(
+            st.ctl.max_priority,
+            replay_priority(2.0, st.cfg.alpha, st.cfg.eps) as f32
+        );
         assert!(sum_tree_is_consistent(&st.tree));
     }
 
@@ -407,7 +496,11 @@ mod tests {
 
     #[test]
     fn beta_anneals_to_one_and_stays() {
-        let c = ReplayConfig { beta0: 0.4, beta_steps: 10, ..ReplayConfig::default() };
+        let c = ReplayConfig {
+            beta0: 0.4,
+            beta_steps: 10,
+            ..ReplayConfig::default()
+        };
         assert_eq!(replay_beta(&c, 0), 0.4);
         assert!((replay_beta(&c, 5) - 0.7).abs() < 1e-6);
         assert_eq!(replay_beta(&c, 10), 1.0);

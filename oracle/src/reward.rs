@@ -140,20 +140,94 @@ impl RewardConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let unit = |v: f32| v > 0.0 && v <= 1.0;
         let checks: [(bool, &'static str, f32, &'static str, &'static str); 12] = [
-            (self.entry_cost >= 0.0, "entry_cost", self.entry_cost, ">= 0", "a cost such as 0.02, or 0 for none"),
-            (self.hold_bonus >= 0.0 && self.hold_bonus <= self.hold_bonus_max, "hold_bonus", self.hold_bonus, "[0, hold_bonus_max]", "start at or below hold_bonus_max"),
-            (self.min_hold_penalty >= 0.0, "min_hold_penalty", self.min_hold_penalty, ">= 0", "a penalty such as 0.1, or 0 for none"),
-            (unit(self.ema_rate), "ema_rate", self.ema_rate, "(0, 1]", "a rate such as 0.01"),
-            (unit(self.outcome_rate), "outcome_rate", self.outcome_rate, "(0, 1]", "a rate such as 0.1"),
-            (self.target_abs_reward > 0.0, "target_abs_reward", self.target_abs_reward, "> 0", "a target such as 1"),
-            ((0.0..1.0).contains(&self.scale_gain), "scale_gain", self.scale_gain, "[0, 1)", "a gain such as 0.05, or 0 for a fixed scale"),
-            (self.scale_min > 0.0 && self.scale_min <= self.scale_max, "scale_min", self.scale_min, "(0, scale_max]", "a positive floor below scale_max"),
-            (self.target_duration > 0.0, "target_duration", self.target_duration, "> 0", "a duration in steps such as 20"),
-            ((0.0..1.0).contains(&self.hold_gain), "hold_gain", self.hold_gain, "[0, 1)", "a gain such as 0.05, or 0 for a fixed bonus"),
-            (self.dispersion_floor > 0.0, "dispersion_floor", self.dispersion_floor, "> 0", "a small floor such as 1e-6"),
-            ((0.0..1.0).contains(&self.dsr_eta), "dsr_eta", self.dsr_eta, "[0, 1)", "a rate such as 0.01, or 0 for none"),
+            (
+                self.entry_cost >= 0.0,
+                "entry_cost",
+                self.entry_cost,
+                ">= 0",
+                "a cost such as 0.02, or 0 for none",
+            ),
+            (
+                self.hold_bonus >= 0.0 && self.hold_bonus <= self.hold_bonus_max,
+                "hold_bonus",
+                self.hold_bonus,
+                "[0, hold_bonus_max]",
+                "start at or below hold_bonus_max",
+            ),
+            (
+                self.min_hold_penalty >= 0.0,
+                "min_hold_penalty",
+                self.min_hold_penalty,
+                ">= 0",
+                "a penalty such as 0.1, or 0 for none",
+            ),
+            (
+                unit(self.ema_rate),
+                "ema_rate",
+                self.ema_rate,
+                "(0, 1]",
+                "a rate such as 0.01",
+            ),
+            (
+                unit(self.outcome_rate),
+                "outcome_rate",
+                self.outcome_rate,
+                "(0, 1]",
+                "a rate such as 0.1",
+            ),
+            (
+                self.target_abs_reward > 0.0,
+                "target_abs_reward",
+                self.target_abs_reward,
+                "> 0",
+                "a target such as 1",
+            ),
+            (
+                (0.0..1.0).contains(&self.scale_gain),
+                "scale_gain",
+                self.scale_gain,
+                "[0, 1)",
+                "a gain such as 0.05, or 0 for a fixed scale",
+            ),
+            (
+                self.scale_min > 0.0 && self.scale_min <= self.scale_max,
+                "scale_min",
+                self.scale_min,
+                "(0, scale_max]",
+                "a positive floor below scale_max",
+            ),
+            (
+                self.target_duration > 0.0,
+                "target_duration",
+                self.target_duration,
+                "> 0",
+                "a duration in steps such as 20",
+            ),
+            (
+                (0.0..1.0).contains(&self.hold_gain),
+                "hold_gain",
+                self.hold_gain,
+                "[0, 1)",
+                "a gain such as 0.05, or 0 for a fixed bonus",
+            ),
+            (
+                self.dispersion_floor > 0.0,
+                "dispersion_floor",
+                self.dispersion_floor,
+                "> 0",
+                "a small floor such as 1e-6",
+            ),
+            (
+                (0.0..1.0).contains(&self.dsr_eta),
+                "dsr_eta",
+                self.dsr_eta,
+                "[0, 1)",
+                "a rate such as 0.01, or 0 for none",
+            ),
         ];
-        checks.into_iter().try_for_each(|(ok, name, v, range, fix)| require(ok, name, v, range, fix))
+        checks
+            .into_iter()
+            .try_for_each(|(ok, name, v, range, fix)| require(ok, name, v, range, fix))
     }
 }
 
@@ -185,7 +259,13 @@ impl RewardEnvs {
 
     /// Each field's length, in declaration order (all N in a well-formed state).
     pub fn field_lens(&self) -> [usize; 5] {
-        [self.prev_position.len(), self.steps_since_done.len(), self.outcome_ema.len(), self.dsr_a.len(), self.dsr_b.len()]
+        [
+            self.prev_position.len(),
+            self.steps_since_done.len(),
+            self.outcome_ema.len(),
+            self.dsr_a.len(),
+            self.dsr_b.len(),
+        ]
     }
 
     pub fn len(&self) -> usize {
@@ -233,7 +313,16 @@ impl RewardGlobal {
     }
 
     pub fn to_words(self) -> [f32; 8] {
-        [self.ema_duration, self.ema_abs_pnl, self.ema_outcome, self.scale, self.hold_bonus, self.dispersion, self.dones, self.updates]
+        [
+            self.ema_duration,
+            self.ema_abs_pnl,
+            self.ema_outcome,
+            self.scale,
+            self.hold_bonus,
+            self.dispersion,
+            self.dones,
+            self.updates,
+        ]
     }
 
     pub fn of_words(w: &[f32; 8]) -> Self {
@@ -401,23 +490,37 @@ pub fn reward_stage(
         Stage::Scale => {
             for i in 0..n {
                 let r = out.raw[i] * global.scale;
-                out.reward[i] = if cfg.dsr_eta > 0.0 { dsr(cfg.dsr_eta, r, &mut envs.dsr_a[i], &mut envs.dsr_b[i]) } else { r };
+                out.reward[i] = if cfg.dsr_eta > 0.0 {
+                    dsr(cfg.dsr_eta, r, &mut envs.dsr_a[i], &mut envs.dsr_b[i])
+                } else {
+                    r
+                };
             }
         }
         Stage::Controllers => {
             if global.dones > 0.0 {
                 let mapped = (global.scale * global.ema_abs_pnl).max(f32::MIN_POSITIVE);
-                let scale = global.scale * (1.0 + cfg.scale_gain * (cfg.target_abs_reward / mapped - 1.0));
+                let scale =
+                    global.scale * (1.0 + cfg.scale_gain * (cfg.target_abs_reward / mapped - 1.0));
                 global.scale = scale.clamp(cfg.scale_min, cfg.scale_max);
                 let hold = global.hold_bonus
-                    + cfg.hold_gain * cfg.hold_bonus_max * ((cfg.target_duration - global.ema_duration) / cfg.target_duration);
+                    + cfg.hold_gain
+                        * cfg.hold_bonus_max
+                        * ((cfg.target_duration - global.ema_duration) / cfg.target_duration);
                 global.hold_bonus = hold.clamp(0.0, cfg.hold_bonus_max);
             }
         }
         Stage::Dispersion => {
             let count = n.max(1) as f64;
             let mean = out.reward.iter().map(|&r| f64::from(r)).sum::<f64>() / count;
-            let var = (out.reward.iter().map(|&r| f64::from(r) * f64::from(r)).sum::<f64>() / count - mean * mean).max(0.0);
+            let var = (out
+                .reward
+                .iter()
+                .map(|&r| f64::from(r) * f64::from(r))
+                .sum::<f64>()
+                / count
+                - mean * mean)
+                .max(0.0);
             global.dispersion = (var / mean.abs().max(f64::from(cfg.dispersion_floor))) as f32;
         }
     }
@@ -425,7 +528,13 @@ pub fn reward_stage(
 
 /// One step of the chain on step PnL `pnl` and positions `position`: every stage in order
 /// on fresh buffers.
-pub fn reward_step(cfg: &RewardConfig, pnl: &[f32], position: &[i32], envs: &mut RewardEnvs, global: &mut RewardGlobal) -> RewardOut {
+pub fn reward_step(
+    cfg: &RewardConfig,
+    pnl: &[f32],
+    position: &[i32],
+    envs: &mut RewardEnvs,
+    global: &mut RewardGlobal,
+) -> RewardOut {
     let mut out = RewardOut::new(envs.len());
     for stage in Stage::ALL {
         reward_stage(stage, cfg, pnl, position, envs, global, &mut out);
@@ -442,7 +551,11 @@ pub fn dsr(eta: f32, r: f32, a: &mut f32, b: &mut f32) -> f32 {
     let da = r - *a;
     let db = r * r - *b;
     let var = *b - *a * *a;
-    let d = if var > DSR_MIN_VARIANCE { (*b * da - *a * 0.5 * db) / (var * var.sqrt()) } else { 0.0 };
+    let d = if var > DSR_MIN_VARIANCE {
+        (*b * da - *a * 0.5 * db) / (var * var.sqrt())
+    } else {
+        0.0
+    };
     *a += eta * da;
     *b += eta * db;
     d.clamp(-DSR_CLIP, DSR_CLIP)

@@ -26,15 +26,25 @@ pub enum SharedDataError {
 /// first `A/shared/data` that is a folder, for A = the run-time `$CARGO_MANIFEST_DIR` and each
 /// of its ancestors in turn (for a crate of the checkout `X/tallyho`, that is `X/shared/data`).
 pub fn dir() -> Result<PathBuf, SharedDataError> {
-    resolve(std::env::var_os(ENV_VAR), std::env::var_os("CARGO_MANIFEST_DIR"))
+    resolve(
+        std::env::var_os(ENV_VAR),
+        std::env::var_os("CARGO_MANIFEST_DIR"),
+    )
 }
 
 /// [`dir`] with the two variables given: `shared` for `$TALLYHO_SHARED_DATA`, `manifest_dir`
 /// for `$CARGO_MANIFEST_DIR`.
-pub fn resolve(shared: Option<OsString>, manifest_dir: Option<OsString>) -> Result<PathBuf, SharedDataError> {
+pub fn resolve(
+    shared: Option<OsString>,
+    manifest_dir: Option<OsString>,
+) -> Result<PathBuf, SharedDataError> {
     if let Some(path) = shared {
         let path = PathBuf::from(path);
-        return if path.is_dir() { Ok(path) } else { Err(SharedDataError::NotAFolder { path }) };
+        return if path.is_dir() {
+            Ok(path)
+        } else {
+            Err(SharedDataError::NotAFolder { path })
+        };
     }
     let start = manifest_dir.ok_or(SharedDataError::NoManifestDir)?;
     beside(Path::new(&start))
@@ -59,7 +69,10 @@ mod tests {
 
     /// A fresh, empty folder under the system temp dir, unique per test and process.
     fn scratch(test: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tallyho-oracle-shared-data-{test}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "tallyho-oracle-shared-data-{test}-{}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
@@ -79,11 +92,17 @@ mod tests {
     #[test]
     fn the_variable_wins_and_must_name_a_folder() {
         let root = scratch("variable");
-        assert_eq!(resolve(Some(root.clone().into_os_string()), None).unwrap(), root);
+        assert_eq!(
+            resolve(Some(root.clone().into_os_string()), None).unwrap(),
+            root
+        );
         let missing = root.join("missing");
         let err = resolve(Some(missing.clone().into_os_string()), None).unwrap_err();
         assert_eq!(err, SharedDataError::NotAFolder { path: missing });
-        assert!(err.to_string().contains("set it to the shared data folder"), "{err}");
+        assert!(
+            err.to_string().contains("set it to the shared data folder"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -97,8 +116,14 @@ mod tests {
                 assert_eq!(tried[0], krate.join("shared").join("data"));
                 assert_eq!(tried[1], root.join("a").join("shared").join("data"));
                 let msg = SharedDataError::NotFound { tried }.to_string();
-                assert!(msg.starts_with("no shared/data folder beside the checkout: tried "), "{msg}");
-                assert!(msg.ends_with(": set TALLYHO_SHARED_DATA to the shared data folder"), "{msg}");
+                assert!(
+                    msg.starts_with("no shared/data folder beside the checkout: tried "),
+                    "{msg}"
+                );
+                assert!(
+                    msg.ends_with(": set TALLYHO_SHARED_DATA to the shared data folder"),
+                    "{msg}"
+                );
             }
             // A shared/data above the system temp dir would end the search early.
             other => assert!(other.is_ok(), "{other:?}"),

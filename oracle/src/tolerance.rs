@@ -15,17 +15,35 @@ pub struct Tolerance {
 
 impl Tolerance {
     pub const fn exact(reason: &'static str) -> Self {
-        Tolerance { atol: 0.0, rtol: 0.0, exact: true, norm: false, reason }
+        Tolerance {
+            atol: 0.0,
+            rtol: 0.0,
+            exact: true,
+            norm: false,
+            reason,
+        }
     }
 
     /// PyTorch's float32 defaults for float32 results against an f64 reference.
     pub const fn float32(reason: &'static str) -> Self {
-        Tolerance { atol: 1e-5, rtol: 1.3e-6, exact: false, norm: false, reason }
+        Tolerance {
+            atol: 1e-5,
+            rtol: 1.3e-6,
+            exact: false,
+            norm: false,
+            reason,
+        }
     }
 
     /// `||got - want|| / ||want|| <= bound`.
     pub const fn rel_norm(bound: f64, reason: &'static str) -> Self {
-        Tolerance { atol: 0.0, rtol: bound, exact: false, norm: true, reason }
+        Tolerance {
+            atol: 0.0,
+            rtol: bound,
+            exact: false,
+            norm: true,
+            reason,
+        }
     }
 
     pub fn bound(&self, want: f64) -> f64 {
@@ -44,8 +62,9 @@ impl Tolerance {
 }
 
 /// Integer results and float results that the oracle reproduces operation for operation.
-pub const EXACT: Tolerance =
-    Tolerance::exact("integer result, or float computed by the same IEEE operations in the same order");
+pub const EXACT: Tolerance = Tolerance::exact(
+    "integer result, or float computed by the same IEEE operations in the same order",
+);
 
 /// Priorities `(|delta| + eps)^alpha`: the kernel evaluates `pow` in double and rounds once
 /// to float, the oracle evaluates it in double; the two differ only where the double result
@@ -68,14 +87,19 @@ pub const REPLAY_IS_WEIGHT: Tolerance =
 /// another order, plus a floor of one float ulp of the largest reference value (so that a
 /// reference that happens to be exact does not demand exactness).
 pub fn reduction_rule(f32_reference: &[f32], f64_oracle: &[f64]) -> Tolerance {
-    let ref_err = f32_reference.iter().zip(f64_oracle).map(|(&r, &o)| (f64::from(r) - o).abs()).fold(0.0, f64::max);
+    let ref_err = f32_reference
+        .iter()
+        .zip(f64_oracle)
+        .map(|(&r, &o)| (f64::from(r) - o).abs())
+        .fold(0.0, f64::max);
     let scale = f64_oracle.iter().fold(0.0f64, |m, &o| m.max(o.abs()));
     Tolerance {
         atol: 2.0 * ref_err + scale * f64::from(f32::EPSILON),
         rtol: 0.0,
         exact: false,
         norm: false,
-        reason: "FlashAttention rule: 2 x the max error of a float32 reference summing in reverse order",
+        reason:
+            "FlashAttention rule: 2 x the max error of a float32 reference summing in reverse order",
     }
 }
 
@@ -106,7 +130,8 @@ pub fn gemm_chain(lengths: &[usize]) -> Tolerance {
 /// first layer's kernel), twice their sum as for float32. About 1e-2 for the default
 /// network (observed errors are random-walk sized, ~1e-4); a wrong index or term errs by O(1).
 pub fn gemm_chain_tf32(float32: &[usize], tf32: &[usize]) -> Tolerance {
-    let total = float32.iter().sum::<usize>() + tf32.iter().map(|&l| (1 << 15) + 2 * l).sum::<usize>();
+    let total =
+        float32.iter().sum::<usize>() + tf32.iter().map(|&l| (1 << 15) + 2 * l).sum::<usize>();
     Tolerance::rel_norm(
         2.0 * F32_UNIT_ROUNDOFF * total as f64,
         "TF32 GEMM chain: 2 x the sum of (2^15 + 2L) u over its TF32 products (inputs rounded to 11 bits), L u in float32",
@@ -141,7 +166,8 @@ pub const QNET_LOSS: Tolerance = Tolerance {
     rtol: 2.4e-7,
     exact: false,
     norm: false,
-    reason: "double arithmetic on the same float32 inputs, rounded once; reductions reordered in double",
+    reason:
+        "double arithmetic on the same float32 inputs, rounded once; reductions reordered in double",
 };
 
 /// Many full updates, GPU against the f64 oracle from the same start: the relative L2 norm of
@@ -160,15 +186,17 @@ pub const QNET_TRAJECTORY: Tolerance = Tolerance::rel_norm(
 /// The environment kernels (`state_gather`, `action_select`, `fill_step`, `barriers`):
 /// float32 and integer arithmetic written out operation by operation in the same order on
 /// both sides, without contraction, so actions, fills, dones and PnL are all bitwise equal.
-pub const ENV: Tolerance =
-    Tolerance::exact("float32 IEEE operations in the kernel's order without FMA, and integers: bitwise equal");
+pub const ENV: Tolerance = Tolerance::exact(
+    "float32 IEEE operations in the kernel's order without FMA, and integers: bitwise equal",
+);
 
 /// n-step transition assembly (`transition_assemble`): copies, integer slot arithmetic, and
 /// the return and discount as float32 multiplies and adds (`__fmul_rn` / `__fadd_rn`, no FMA)
 /// in the oracle's order (Horner from the last reward back; k products of 1.0 by gamma), so
 /// every row and the whole ring are bitwise equal.
-pub const TRANSITION: Tolerance =
-    Tolerance::exact("copies, integers and float32 IEEE operations in the oracle's order without FMA: bitwise equal");
+pub const TRANSITION: Tolerance = Tolerance::exact(
+    "copies, integers and float32 IEEE operations in the oracle's order without FMA: bitwise equal",
+);
 
 /// The reward pipeline's reductions over envs (the EMAs on done, the dispersion
 /// statistic): double sums of float inputs in another order (block tree on the GPU,

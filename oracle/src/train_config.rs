@@ -11,6 +11,7 @@ use crate::features::FEATURE_DIM;
 use crate::qnet::QNetConfig;
 use crate::replay::ReplayConfig;
 use crate::reward::RewardConfig;
+use crate::schedule::TrainSchedule;
 use crate::transition::TransitionConfig;
 
 /// A training run's configuration: one value per size, so that the parts cannot disagree.
@@ -28,6 +29,8 @@ pub struct TrainConfig {
     pub qnet: QNetConfig,
     pub replay: ReplayConfig,
     pub reward: RewardConfig,
+    /// The loop's cadence: updates per step, when they start, target sync, epsilon, metrics.
+    pub schedule: TrainSchedule,
 }
 
 /// Every part's default, resolved for the built-in features ([`FEATURE_DIM`]), so valid.
@@ -38,6 +41,7 @@ impl Default for TrainConfig {
             qnet: QNetConfig::default(),
             replay: ReplayConfig::default(),
             reward: RewardConfig::default(),
+            schedule: TrainSchedule::default(),
         }
         .resolve(FEATURE_DIM)
     }
@@ -53,7 +57,10 @@ impl TrainConfig {
     /// The n-step assembly's n and gamma: the Q-network's `n_step` and `gamma`, their one
     /// source.
     pub fn transition(&self) -> TransitionConfig {
-        TransitionConfig { n: self.qnet.n_step as usize, gamma: self.qnet.gamma }
+        TransitionConfig {
+            n: self.qnet.n_step as usize,
+            gamma: self.qnet.gamma,
+        }
     }
 
     /// Sets the derived sizes from their one source: `qnet.state_dim` and `replay.state_dim`
@@ -72,15 +79,22 @@ impl TrainConfig {
     /// `capacity >= 4 x batch`, is the replay's own).
     pub fn validate(&self, feature_dim: usize) -> Result<(), ConfigError> {
         if self.qnet.branches != ACTION_BRANCHES {
-            return Err(ConfigError::BranchesMismatch { got: self.qnet.branches.clone(), want: ACTION_BRANCHES.to_vec() });
+            return Err(ConfigError::BranchesMismatch {
+                got: self.qnet.branches.clone(),
+                want: ACTION_BRANCHES.to_vec(),
+            });
         }
         self.qnet.validate()?;
         self.env.validate(&self.qnet.branches)?;
         self.replay.validate()?;
         self.reward.validate()?;
         self.transition().validate()?;
+        self.schedule.validate(self.replay.batch)?;
         let want = Self::state_dim(feature_dim);
-        for (name, value) in [("qnet.state_dim", self.qnet.state_dim), ("replay.state_dim", self.replay.state_dim)] {
+        for (name, value) in [
+            ("qnet.state_dim", self.qnet.state_dim),
+            ("replay.state_dim", self.replay.state_dim),
+        ] {
             if value != want {
                 return Err(ConfigError::StateDimMismatch {
                     name,
@@ -93,9 +107,19 @@ impl TrainConfig {
         }
         let (capacity, envs) = (self.replay.capacity, self.env.envs);
         if capacity < 4 * envs {
-            return Err(ConfigError::CapacityBelowFourInserts { capacity, envs, need: 4 * envs });
+            return Err(ConfigError::CapacityBelowFourInserts {
+                capacity,
+                envs,
+                need: 4 * envs,
+            });
         }
-        Ok(())
+        crate::config::require(
+            self.schedule.learn_start <= capacity,
+            "learn_start",
+            self.schedule.learn_start as f64,
+            "<= replay.capacity",
+            "start updates before the replay would have to hold more than it can",
+        )
     }
 }
 
@@ -111,7 +135,10 @@ mod tests {
     fn the_default_is_valid_and_resolved_for_the_built_in_features() {
         let cfg = TrainConfig::default();
         assert_eq!(cfg.validate(FEATURE_DIM), Ok(()));
-        assert_eq!((cfg.qnet.state_dim, cfg.replay.state_dim), (FEATURE_DIM + 4, FEATURE_DIM + 4));
+        assert_eq!(
+            (cfg.qnet.state_dim, cfg.replay.state_dim),
+            (FEATURE_DIM + 4, FEATURE_DIM + 4)
+        );
         assert_eq!(cfg.qnet.branches, ACTION_BRANCHES);
     }
 
@@ -136,7 +163,11 @@ mod tests {
         );
         let mut cfg = TrainConfig::default();
         cfg.replay.state_dim = 14;
-        assert!(refusal(&cfg).starts_with("replay.state_dim 14 is not the state width 15 "), "{}", refusal(&cfg));
+        assert!(
+            refusal(&cfg).starts_with("replay.state_dim 14 is not the state width 15 "),
+            "{}",
+            refusal(&cfg)
+        );
         // A config resolved for one feature count is refused for another.
         assert!(TrainConfig::default().validate(FEATURE_DIM + 1).is_err());
     }
@@ -156,14 +187,20 @@ mod tests {
     fn capacity_below_four_batches_is_refused_with_the_fix() {
         let mut cfg = TrainConfig::default();
         (cfg.replay.capacity, cfg.replay.batch, cfg.env.envs) = (512, 256, 64);
-        assert_eq!(refusal(&cfg), "capacity 512 is below 4 x batch 256 (= 1024): raise --capacity or lower --batch");
+        assert_eq!(
+            refusal(&cfg),
+            "capacity 512 is below 4 x batch 256 (= 1024): raise --capacity or lower --batch"
+        );
     }
 
     #[test]
     fn capacity_below_four_inserts_is_refused_with_the_fix() {
         let mut cfg = TrainConfig::default();
         (cfg.replay.capacity, cfg.replay.batch, cfg.env.envs) = (1024, 64, 512);
-        assert_eq!(refusal(&cfg), "capacity 1024 is below 4 x envs 512 (= 2048): raise --capacity or lower --envs");
+        assert_eq!(
+            refusal(&cfg),
+            "capacity 1024 is below 4 x envs 512 (= 2048): raise --capacity or lower --envs"
+        );
     }
 
     #[test]
@@ -173,16 +210,33 @@ mod tests {
         assert_eq!(refusal(&cfg), "envs is 0: it must be at least 1");
         let mut cfg = TrainConfig::default();
         cfg.qnet.gamma = 1.5;
-        assert_eq!(refusal(&cfg), "gamma = 1.5 is outside [0, 1]: use a discount such as 0.99");
+        assert_eq!(
+            refusal(&cfg),
+            "gamma = 1.5 is outside [0, 1]: use a discount such as 0.99"
+        );
         let mut cfg = TrainConfig::default();
         cfg.qnet.n_step = 300;
-        assert!(refusal(&cfg).starts_with("n_step = 300 is outside [1, 256]: "), "{}", refusal(&cfg));
-        assert_eq!(TrainConfig::default().transition(), TransitionConfig { n: 1, gamma: 0.99 });
+        assert!(
+            refusal(&cfg).starts_with("n_step = 300 is outside [1, 256]: "),
+            "{}",
+            refusal(&cfg)
+        );
+        assert_eq!(
+            TrainConfig::default().transition(),
+            TransitionConfig { n: 1, gamma: 0.99 }
+        );
         let mut cfg = TrainConfig::default();
         cfg.replay.alpha = 2.0;
-        assert!(refusal(&cfg).starts_with("alpha = 2 is outside [0, 1]: "), "{}", refusal(&cfg));
+        assert!(
+            refusal(&cfg).starts_with("alpha = 2 is outside [0, 1]: "),
+            "{}",
+            refusal(&cfg)
+        );
         let mut cfg = TrainConfig::default();
         cfg.reward.ema_rate = 0.0;
-        assert_eq!(refusal(&cfg), "ema_rate = 0 is outside (0, 1]: a rate such as 0.01");
+        assert_eq!(
+            refusal(&cfg),
+            "ema_rate = 0 is outside (0, 1]: a rate such as 0.01"
+        );
     }
 }

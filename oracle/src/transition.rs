@@ -61,7 +61,13 @@ impl TransitionConfig {
         }
         #[rustfmt::skip]
         require(self.n <= MAX_N_STEP, "n_step", self.n as f64, "[1, 256]", "use a window of at most 256 steps (n-step returns use a few, e.g. 3)")?;
-        require((0.0..=1.0).contains(&self.gamma), "gamma", self.gamma, "[0, 1]", "use a discount such as 0.99")
+        require(
+            (0.0..=1.0).contains(&self.gamma),
+            "gamma",
+            self.gamma,
+            "[0, 1]",
+            "use a discount such as 0.99",
+        )
     }
 }
 
@@ -69,11 +75,21 @@ impl TransitionConfig {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TransitionError {
     #[error("{name} has {got} values, expected {want} ({shape}): pass one step of every env")]
-    Length { name: &'static str, got: usize, want: usize, shape: String },
+    Length {
+        name: &'static str,
+        got: usize,
+        want: usize,
+        shape: String,
+    },
     #[error("done reason {value} of env {env} is not one of 0 (none), 1 (take-profit), 2 (stop-loss), 3 (time limit), 4 (end of data): pass the env step's reasons")]
     Reason { env: usize, value: i32 },
     #[error("push count {count} of env {env} is not {first} (env 0's) or is past the folded range [0, {bound}): every env pushes one step per call; rebuild the ring with TransitionRing::new")]
-    Count { env: usize, count: u32, first: u32, bound: u32 },
+    Count {
+        env: usize,
+        count: u32,
+        first: u32,
+        bound: u32,
+    },
 }
 
 /// A done reason that ends the episode with no value after it: take-profit or stop-loss.
@@ -89,7 +105,11 @@ pub fn ends_episode(reason: i32) -> bool {
 /// The length k of the window whose steps have done reasons `reasons[0..]` (at least
 /// `min(n, until the first end)` of them): 1 + the index of the first end, capped at n.
 pub fn window_len(reasons: &[i32], n: usize) -> usize {
-    reasons.iter().take(n).position(|&c| ends_episode(c)).map_or(n.min(reasons.len()), |j| j + 1)
+    reasons
+        .iter()
+        .take(n)
+        .position(|&c| ends_episode(c))
+        .map_or(n.min(reasons.len()), |j| j + 1)
 }
 
 /// The return of a window's k rewards, `sum_m gamma^m r_m`, by Horner from the last back in
@@ -126,7 +146,11 @@ pub struct Window {
 pub fn window(rewards: &[f32], reasons: &[i32], n: usize, gamma: f32) -> Window {
     let k = window_len(reasons, n).min(rewards.len());
     let last = k.checked_sub(1).map_or(0, |j| reasons[j]);
-    Window { k, ret: window_return(&rewards[..k], gamma), discount: window_discount(k, last, gamma) }
+    Window {
+        k,
+        ret: window_return(&rewards[..k], gamma),
+        discount: window_discount(k, last, gamma),
+    }
 }
 
 /// The ring of every env's last n steps and push counts, in the device's layout: slot-major,
@@ -156,7 +180,12 @@ pub struct TransitionRing {
 impl TransitionRing {
     /// An empty ring of `envs` envs of state width `state_dim`, windows of `n` steps, discount
     /// `gamma`.
-    pub fn new(envs: usize, state_dim: usize, n: usize, gamma: f32) -> Result<TransitionRing, ConfigError> {
+    pub fn new(
+        envs: usize,
+        state_dim: usize,
+        n: usize,
+        gamma: f32,
+    ) -> Result<TransitionRing, ConfigError> {
         let cfg = TransitionConfig { n, gamma };
         cfg.validate()?;
         for (name, v) in [("envs", envs), ("state_dim", state_dim)] {
@@ -188,7 +217,16 @@ impl TransitionRing {
         next_states: &[f32],
         reasons: &[i32],
     ) -> Result<Option<Transitions>, TransitionError> {
-        transition_assemble(self, &StepInputs { states, actions, rewards, next_states, reasons })
+        transition_assemble(
+            self,
+            &StepInputs {
+                states,
+                actions,
+                rewards,
+                next_states,
+                reasons,
+            },
+        )
     }
 
     /// Every buffer's length against n, N and S (the fields are public: a ring built by hand
@@ -205,7 +243,12 @@ impl TransitionRing {
         ];
         for (name, got, want) in lens {
             if got != want || n == 0 {
-                return Err(TransitionError::Length { name, got, want, shape: format!("n {n} x {e} envs x state width {s}") });
+                return Err(TransitionError::Length {
+                    name,
+                    got,
+                    want,
+                    shape: format!("n {n} x {e} envs x state width {s}"),
+                });
             }
         }
         Ok(())
@@ -250,11 +293,23 @@ impl StepInputs<'_> {
         ];
         for (name, got, want) in lens {
             if got != want {
-                return Err(TransitionError::Length { name, got, want, shape: format!("{n} envs, state width {s}") });
+                return Err(TransitionError::Length {
+                    name,
+                    got,
+                    want,
+                    shape: format!("{n} envs, state width {s}"),
+                });
             }
         }
-        match self.reasons.iter().position(|&c| !(0..=END_OF_DATA).contains(&c)) {
-            Some(env) => Err(TransitionError::Reason { env, value: self.reasons[env] }),
+        match self
+            .reasons
+            .iter()
+            .position(|&c| !(0..=END_OF_DATA).contains(&c))
+        {
+            Some(env) => Err(TransitionError::Reason {
+                env,
+                value: self.reasons[env],
+            }),
             None => Ok(()),
         }
     }
@@ -269,13 +324,21 @@ const _: () = assert!(TAKE_PROFIT == 1 && STOP_LOSS == 2 && TIME_LIMIT == 3 && E
 /// advance the count. Returns the N rows, or None while `t < n - 1` (the ring still takes the
 /// step). Every env's count must be the same (every env pushes one step per call) and in the
 /// folded range. On an error nothing is changed.
-pub fn transition_assemble(ring: &mut TransitionRing, step: &StepInputs) -> Result<Option<Transitions>, TransitionError> {
+pub fn transition_assemble(
+    ring: &mut TransitionRing,
+    step: &StepInputs,
+) -> Result<Option<Transitions>, TransitionError> {
     let (envs, s, n, gamma) = (ring.envs, ring.state_dim, ring.cfg.n, ring.cfg.gamma);
     step.check(envs, s)?;
     ring.check()?;
     let (first, bound) = (ring.counts.first().copied().unwrap_or(0), 2 * n as u32);
     if let Some(env) = ring.counts.iter().position(|&c| c != first || c >= bound) {
-        return Err(TransitionError::Count { env, count: ring.counts[env], first, bound });
+        return Err(TransitionError::Count {
+            env,
+            count: ring.counts[env],
+            first,
+            bound,
+        });
     }
     let a = BRANCH_COUNT;
     let mut out = Transitions::zeros(envs, s);
@@ -284,7 +347,8 @@ pub fn transition_assemble(ring: &mut TransitionRing, step: &StepInputs) -> Resu
         let c = ring.counts[e] as usize;
         let row = (c % n) * envs + e;
         ring.states[row * s..(row + 1) * s].copy_from_slice(&step.states[e * s..(e + 1) * s]);
-        ring.next_states[row * s..(row + 1) * s].copy_from_slice(&step.next_states[e * s..(e + 1) * s]);
+        ring.next_states[row * s..(row + 1) * s]
+            .copy_from_slice(&step.next_states[e * s..(e + 1) * s]);
         ring.actions[row * a..(row + 1) * a].copy_from_slice(&step.actions[e * a..(e + 1) * a]);
         ring.rewards[row] = step.rewards[e];
         ring.reasons[row] = step.reasons[e];
@@ -295,9 +359,12 @@ pub fn transition_assemble(ring: &mut TransitionRing, step: &StepInputs) -> Resu
             let reasons: Vec<i32> = slots.iter().map(|&r| ring.reasons[r]).collect();
             let w = window(&rewards, &reasons, n, gamma);
             let (first, last) = (slots[0], slots[w.k - 1]);
-            out.states[e * s..(e + 1) * s].copy_from_slice(&ring.states[first * s..(first + 1) * s]);
-            out.next_states[e * s..(e + 1) * s].copy_from_slice(&ring.next_states[last * s..(last + 1) * s]);
-            out.actions[e * a..(e + 1) * a].copy_from_slice(&ring.actions[first * a..(first + 1) * a]);
+            out.states[e * s..(e + 1) * s]
+                .copy_from_slice(&ring.states[first * s..(first + 1) * s]);
+            out.next_states[e * s..(e + 1) * s]
+                .copy_from_slice(&ring.next_states[last * s..(last + 1) * s]);
+            out.actions[e * a..(e + 1) * a]
+                .copy_from_slice(&ring.actions[first * a..(first + 1) * a]);
             out.rewards[e] = w.ret;
             out.discounts[e] = w.discount;
             emitted = true;

@@ -4,7 +4,12 @@ use tallyho_oracle::features::{self, FeatureConfig, Market, FEATURE_DIM, FEATURE
 use tallyho_oracle::market::{self, Bars, MarketError, SyntheticConfig};
 
 fn bars(n: usize, seed: u64) -> Bars {
-    market::synthetic(&SyntheticConfig { bars: n, seed, ..SyntheticConfig::default() }).unwrap()
+    market::synthetic(&SyntheticConfig {
+        bars: n,
+        seed,
+        ..SyntheticConfig::default()
+    })
+    .unwrap()
 }
 
 /// Moves every bar from `from` on (a different synthetic path, spliced in at `from`'s price
@@ -44,7 +49,10 @@ fn raw(m: &Market, t: usize, j: usize) -> f64 {
 fn mean_std(x: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
     let n = x.clone().count() as f64;
     let mean = x.clone().sum::<f64>() / n;
-    (mean, (x.map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt())
+    (
+        mean,
+        (x.map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt(),
+    )
 }
 
 #[test]
@@ -66,9 +74,15 @@ fn features_at_or_before_t_do_not_depend_on_later_bars() {
     for t in [m.train_end + 3, m.bars - 2] {
         let p = features::build(&perturb_from(&b, t + 1), &cfg).unwrap();
         assert_eq!((&p.mean, &p.std), (&m.mean, &m.std));
-        assert_eq!(p.features[..(t + 1) * FEATURE_DIM], m.features[..(t + 1) * FEATURE_DIM]);
+        assert_eq!(
+            p.features[..(t + 1) * FEATURE_DIM],
+            m.features[..(t + 1) * FEATURE_DIM]
+        );
         assert_eq!(p.volatility[..=t], m.volatility[..=t]);
-        assert_ne!(p.features[(t + 1) * FEATURE_DIM..], m.features[(t + 1) * FEATURE_DIM..]);
+        assert_ne!(
+            p.features[(t + 1) * FEATURE_DIM..],
+            m.features[(t + 1) * FEATURE_DIM..]
+        );
     }
     // In the training split they do, so compare the raw values.
     let t = WARMUP + 100;
@@ -88,7 +102,10 @@ fn features_at_or_before_t_do_not_depend_on_later_bars() {
 fn the_training_split_is_z_scored_and_test_bars_do_not_move_the_statistics() {
     let b = bars(5000, 2);
     let m = features::build(&b, &FeatureConfig::default()).unwrap();
-    assert_eq!((m.first_bar, m.train_end), (WARMUP, WARMUP + (0.8 * (5000 - WARMUP) as f64) as usize));
+    assert_eq!(
+        (m.first_bar, m.train_end),
+        (WARMUP, WARMUP + (0.8 * (5000 - WARMUP) as f64) as usize)
+    );
     for (j, name) in FEATURE_NAMES.iter().enumerate() {
         let (mean, std) = mean_std((m.first_bar..m.train_end).map(|t| f64::from(row(&m, t)[j])));
         assert!(mean.abs() < 1e-5, "{name}: train mean {mean}");
@@ -120,8 +137,14 @@ fn raw_features_follow_their_definitions() {
         ("ret_60", (c[t] / c[t - 60]).ln()),
         ("range", (b.high[t] - b.low[t]) / c[t]),
         ("log_volume", (1.0 + b.volume[t]).ln()),
-        ("spread_rel", (b.ask[t] - b.bid[t]) / ((b.ask[t] + b.bid[t]) / 2.0)),
-        ("ofi", (b.bid_size[t] - b.ask_size[t]) / (b.bid_size[t] + b.ask_size[t])),
+        (
+            "spread_rel",
+            (b.ask[t] - b.bid[t]) / ((b.ask[t] + b.bid[t]) / 2.0),
+        ),
+        (
+            "ofi",
+            (b.bid_size[t] - b.ask_size[t]) / (b.bid_size[t] + b.ask_size[t]),
+        ),
         ("volatility", mean_std(r.iter().copied()).1),
     ];
     for (name, want) in expected {
@@ -141,14 +164,22 @@ fn volatility_is_positive_in_price_units_at_every_bar() {
     let mut b = bars(300, 5);
     // A flat stretch: no moves at all, so the floor applies.
     for i in 0..100 {
-        (b.open[i], b.high[i], b.low[i], b.close[i]) = (b.close[0], b.close[0], b.close[0], b.close[0]);
+        (b.open[i], b.high[i], b.low[i], b.close[i]) =
+            (b.close[0], b.close[0], b.close[0], b.close[0]);
         (b.bid[i], b.ask[i]) = (b.close[0] - 0.25, b.close[0]);
     }
     let m = features::build(&b, &FeatureConfig::default()).unwrap();
     assert!(m.volatility.iter().all(|&v| v > 0.0));
     assert_eq!(m.volatility[50], (1e-4 * b.close[0]) as f32);
-    let mean = m.volatility[WARMUP..].iter().map(|&v| f64::from(v)).sum::<f64>() / (m.bars - WARMUP) as f64;
-    assert!((0.1..2.0).contains(&mean), "mean |move| {mean} points is not ES-like");
+    let mean = m.volatility[WARMUP..]
+        .iter()
+        .map(|&v| f64::from(v))
+        .sum::<f64>()
+        / (m.bars - WARMUP) as f64;
+    assert!(
+        (0.1..2.0).contains(&mean),
+        "mean |move| {mean} points is not ES-like"
+    );
 }
 
 #[test]
@@ -162,22 +193,51 @@ fn targets_are_the_next_bars_values() {
         assert_eq!(m.next_high[t], b.high[s] as f32);
         assert_eq!(m.next_low[t], b.low[s] as f32);
         assert_eq!(m.next_spread[t], (b.ask[s] - b.bid[s]) as f32);
-        assert_eq!((m.close[t], m.bid[t], m.ask[t]), (b.close[t] as f32, b.bid[t] as f32, b.ask[t] as f32));
+        assert_eq!(
+            (m.close[t], m.bid[t], m.ask[t]),
+            (b.close[t] as f32, b.bid[t] as f32, b.ask[t] as f32)
+        );
     }
 }
 
 #[test]
 fn too_few_bars_are_refused_with_the_counts() {
     let err = features::build(&bars(WARMUP + 2, 7), &FeatureConfig::default()).unwrap_err();
-    assert!(matches!(err, MarketError::TooFewBars { bars: 62, train: 1, test: 1, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            MarketError::TooFewBars {
+                bars: 62,
+                train: 1,
+                test: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(
         err.to_string(),
         "62 bars leave 1 training and 1 test bars after the 60-bar warm-up: at least 2 training bars and 1 test bar \
          are needed; load more bars or move train_fraction toward 0.5"
     );
     assert!(features::build(&bars(WARMUP + 4, 7), &FeatureConfig::default()).is_ok());
-    let err = features::build(&bars(500, 7), &FeatureConfig { train_fraction: 1.0 }).unwrap_err();
-    assert!(matches!(err, MarketError::BadConfig { name: "train_fraction", .. }), "{err:?}");
+    let err = features::build(
+        &bars(500, 7),
+        &FeatureConfig {
+            train_fraction: 1.0,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MarketError::BadConfig {
+                name: "train_fraction",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -188,5 +248,8 @@ fn the_real_es_data_gives_finite_features() {
     assert!(m.features.iter().all(|x| x.is_finite()));
     assert!(m.std.iter().all(|&s| s > 0.0));
     assert!(m.volatility.iter().all(|&v| v > 0.0));
-    assert_eq!(m.train_end, WARMUP + (0.8 * (b.len() - WARMUP) as f64) as usize);
+    assert_eq!(
+        m.train_end,
+        WARMUP + (0.8 * (b.len() - WARMUP) as f64) as usize
+    );
 }

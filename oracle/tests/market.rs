@@ -12,12 +12,17 @@ const GOOD_ROW: &str = "1381104000,1676.5,1676.75,1676.5,1676.75,19,1676.5,1676.
 /// The real ES data: `lean-es-minute-2013-10` in the shared data folder
 /// ([`tallyho_oracle::shared_data::dir`]).
 fn lean_dir() -> PathBuf {
-    tallyho_oracle::shared_data::dir().unwrap_or_else(|e| panic!("{e}")).join("lean-es-minute-2013-10")
+    tallyho_oracle::shared_data::dir()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .join("lean-es-minute-2013-10")
 }
 
 /// A fresh, empty folder under the system temp dir, unique per test and process.
 fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tallyho-oracle-market-{test}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "tallyho-oracle-market-{test}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -26,7 +31,8 @@ fn scratch(test: &str) -> PathBuf {
 fn write_zip(path: &Path, entries: &[(&str, &str)]) {
     let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
     for (name, text) in entries {
-        zip.start_file(*name, zip::write::SimpleFileOptions::default()).unwrap();
+        zip.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap();
         zip.write_all(text.as_bytes()).unwrap();
     }
     zip.finish().unwrap();
@@ -40,7 +46,10 @@ fn csv_error(test: &str, rows: &[&str], line: usize) -> (MarketError, String) {
     std::fs::write(&path, format!("{HEADER}\n{}\n", rows.join("\n"))).unwrap();
     let err = market::load_csv(&path).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.starts_with(&format!("{}:{line}: ", path.display())), "{msg}");
+    assert!(
+        msg.starts_with(&format!("{}:{line}: ", path.display())),
+        "{msg}"
+    );
     (err, msg)
 }
 
@@ -57,7 +66,9 @@ fn real_es_data_loads_five_front_month_days_of_valid_bars() {
     let bars = market::load(&dir).unwrap();
     bars.validate("es").unwrap();
     assert!(bars.time_ms.windows(2).all(|w| w[0] < w[1]));
-    let days: Vec<i64> = (7..=11).map(|d| DAY_2013_10_07_MS + (d - 7) * market::MS_PER_DAY).collect();
+    let days: Vec<i64> = (7..=11)
+        .map(|d| DAY_2013_10_07_MS + (d - 7) * market::MS_PER_DAY)
+        .collect();
     let mut total = 0;
     for (i, &day) in days.iter().enumerate() {
         // The front month, counted independently: the trade CSV with the most rows.
@@ -73,8 +84,15 @@ fn real_es_data_loads_five_front_month_days_of_valid_bars() {
             .max()
             .unwrap();
         assert!(name.ends_with("_201312.csv"), "{name}");
-        let in_day = bars.time_ms.iter().filter(|&&t| (day..day + market::MS_PER_DAY).contains(&t)).count();
-        assert_eq!(in_day, rows, "{name}: every trade minute of the front month is a bar");
+        let in_day = bars
+            .time_ms
+            .iter()
+            .filter(|&&t| (day..day + market::MS_PER_DAY).contains(&t))
+            .count();
+        assert_eq!(
+            in_day, rows,
+            "{name}: every trade minute of the front month is a bar"
+        );
         assert!((1200..1450).contains(&in_day), "{name}: {in_day} bars");
         total += in_day;
     }
@@ -86,14 +104,32 @@ fn the_first_real_bar_is_the_first_trade_row_with_its_quote() {
     let bars = market::load_lean(&lean_dir()).unwrap();
     // 20131007_es_minute_trade_201312.csv: `0,1676.5,1676.5,1676.5,1676.5,9`, then `60000,...,19`;
     // quote: `0,1676.5,1676.5,1676.5,1676.5,86,1676.75,1676.75,1676.75,1676.75,97`, then 54 / 89.
-    assert_eq!(bars.time_ms[..2], [DAY_2013_10_07_MS, DAY_2013_10_07_MS + 60_000]);
     assert_eq!(
-        (bars.open[0], bars.high[0], bars.low[0], bars.close[0], bars.volume[0]),
+        bars.time_ms[..2],
+        [DAY_2013_10_07_MS, DAY_2013_10_07_MS + 60_000]
+    );
+    assert_eq!(
+        (
+            bars.open[0],
+            bars.high[0],
+            bars.low[0],
+            bars.close[0],
+            bars.volume[0]
+        ),
         (1676.5, 1676.5, 1676.5, 1676.5, 9.0)
     );
-    assert_eq!((bars.bid[0], bars.bid_size[0], bars.ask[0], bars.ask_size[0]), (1676.5, 86.0, 1676.75, 97.0));
-    assert_eq!((bars.high[1], bars.close[1], bars.volume[1]), (1676.75, 1676.75, 19.0));
-    assert_eq!((bars.bid[1], bars.bid_size[1], bars.ask[1], bars.ask_size[1]), (1676.5, 54.0, 1676.75, 89.0));
+    assert_eq!(
+        (bars.bid[0], bars.bid_size[0], bars.ask[0], bars.ask_size[0]),
+        (1676.5, 86.0, 1676.75, 97.0)
+    );
+    assert_eq!(
+        (bars.high[1], bars.close[1], bars.volume[1]),
+        (1676.75, 1676.75, 19.0)
+    );
+    assert_eq!(
+        (bars.bid[1], bars.bid_size[1], bars.ask[1], bars.ask_size[1]),
+        (1676.5, 54.0, 1676.75, 89.0)
+    );
 }
 
 #[test]
@@ -104,16 +140,22 @@ fn lean_quotes_carry_sides_forward_and_skip_crossed_snapshots_and_unquoted_bars(
         &dir.join("20200102_trade.zip"),
         &[
             ("20200102_es_minute_trade_202003.csv", trades),
-            ("20200102_es_minute_trade_202006.csv", "60000,50,50,50,50,1\n"),
+            (
+                "20200102_es_minute_trade_202006.csv",
+                "60000,50,50,50,50,1\n",
+            ),
         ],
     );
     let quotes = [
-        "0,99.75,99.75,99.75,99.75,10,,,,,0",         // bid only: the bar at 0 has no quote
+        "0,99.75,99.75,99.75,99.75,10,,,,,0", // bid only: the bar at 0 has no quote
         "60000,,,,,0,100.25,100.25,100.25,100.25,20", // ask only, bid carried: 99.75 x 100.25
         "120000,101,101,101,101,5,100.75,100.75,100.75,100.75,6", // crossed: skipped
         "150000,100.25,100.25,100.25,100.25,7,,,,,0", // ask carried from the crossed row
     ];
-    write_zip(&dir.join("20200102_quote.zip"), &[("20200102_es_minute_quote_202003.csv", &quotes.join("\n"))]);
+    write_zip(
+        &dir.join("20200102_quote.zip"),
+        &[("20200102_es_minute_quote_202003.csv", &quotes.join("\n"))],
+    );
     let bars = market::load(&dir).unwrap();
     let day = 1_577_923_200_000; // 2020-01-02
     assert_eq!(bars.time_ms, [day + 60_000, day + 120_000, day + 180_000]);
@@ -127,7 +169,11 @@ fn lean_quotes_carry_sides_forward_and_skip_crossed_snapshots_and_unquoted_bars(
 #[test]
 fn a_trade_zip_without_its_quote_zip_names_the_quote_file_expected() {
     let dir = scratch("missing-quote");
-    std::fs::copy(lean_dir().join("20131008_trade.zip"), dir.join("20131008_trade.zip")).unwrap();
+    std::fs::copy(
+        lean_dir().join("20131008_trade.zip"),
+        dir.join("20131008_trade.zip"),
+    )
+    .unwrap();
     let msg = market::load(&dir).unwrap_err().to_string();
     assert_mentions(
         &msg,
@@ -141,11 +187,23 @@ fn a_trade_zip_without_its_quote_zip_names_the_quote_file_expected() {
 #[test]
 fn a_quote_zip_without_the_front_month_names_the_entry_expected() {
     let dir = scratch("missing-quote-entry");
-    write_zip(&dir.join("20200102_trade.zip"), &[("20200102_es_minute_trade_202003.csv", "0,1,1,1,1,1\n")]);
-    write_zip(&dir.join("20200102_quote.zip"), &[("20200102_es_minute_quote_202006.csv", "0,1,1,1,1,1,1,1,1,1,1\n")]);
+    write_zip(
+        &dir.join("20200102_trade.zip"),
+        &[("20200102_es_minute_trade_202003.csv", "0,1,1,1,1,1\n")],
+    );
+    write_zip(
+        &dir.join("20200102_quote.zip"),
+        &[(
+            "20200102_es_minute_quote_202006.csv",
+            "0,1,1,1,1,1,1,1,1,1,1\n",
+        )],
+    );
     let err = market::load(&dir).unwrap_err();
     assert!(matches!(err, MarketError::MissingQuote { .. }), "{err:?}");
-    assert_mentions(&err.to_string(), &["20200102_quote.zip/20200102_es_minute_quote_202003.csv"]);
+    assert_mentions(
+        &err.to_string(),
+        &["20200102_quote.zip/20200102_es_minute_quote_202003.csv"],
+    );
 }
 
 #[test]
@@ -153,11 +211,26 @@ fn a_bad_row_inside_a_lean_zip_names_the_zip_entry_and_line() {
     let dir = scratch("lean-bad-row");
     write_zip(
         &dir.join("20200102_trade.zip"),
-        &[("20200102_es_minute_trade_202003.csv", "0,1,1,1,1,1\n60000,1,1,1,x,1\n")],
+        &[(
+            "20200102_es_minute_trade_202003.csv",
+            "0,1,1,1,1,1\n60000,1,1,1,x,1\n",
+        )],
     );
-    write_zip(&dir.join("20200102_quote.zip"), &[("20200102_es_minute_quote_202003.csv", "0,1,1,1,1,1,1,1,1,1,1\n")]);
+    write_zip(
+        &dir.join("20200102_quote.zip"),
+        &[(
+            "20200102_es_minute_quote_202003.csv",
+            "0,1,1,1,1,1,1,1,1,1,1\n",
+        )],
+    );
     let msg = market::load(&dir).unwrap_err().to_string();
-    assert_mentions(&msg, &["20200102_trade.zip/20200102_es_minute_trade_202003.csv:2: ", "close `x`"]);
+    assert_mentions(
+        &msg,
+        &[
+            "20200102_trade.zip/20200102_es_minute_trade_202003.csv:2: ",
+            "close `x`",
+        ],
+    );
 }
 
 #[test]
@@ -165,7 +238,10 @@ fn a_folder_without_zips_is_refused_as_empty() {
     let dir = scratch("no-zips");
     let err = market::load(&dir).unwrap_err();
     assert!(matches!(err, MarketError::Empty { .. }), "{err:?}");
-    assert_mentions(&err.to_string(), &[&dir.display().to_string(), "no YYYYMMDD_trade.zip files"]);
+    assert_mentions(
+        &err.to_string(),
+        &[&dir.display().to_string(), "no YYYYMMDD_trade.zip files"],
+    );
 }
 
 #[test]
@@ -190,69 +266,151 @@ fn a_damaged_zip_is_refused_with_its_path() {
 fn a_row_with_the_wrong_field_count_is_quoted() {
     let (err, msg) = csv_error("field-count", &[GOOD_ROW, "1381104060,1676.5,1676.75"], 3);
     assert!(matches!(err, MarketError::FieldCount { .. }), "{err:?}");
-    assert_mentions(&msg, &["expected 10 fields, found 3", "`1381104060,1676.5,1676.75`"]);
+    assert_mentions(
+        &msg,
+        &["expected 10 fields, found 3", "`1381104060,1676.5,1676.75`"],
+    );
 }
 
 #[test]
 fn an_unparsable_number_is_quoted_with_its_column() {
-    let (err, msg) =
-        csv_error("bad-number", &[GOOD_ROW, "1381104060,1676.5,1,6x,1676.5,1676.75,19,1676.5,1676.75,54"], 3);
-    assert!(matches!(err, MarketError::BadNumber { column: "low", .. }), "{err:?}");
+    let (err, msg) = csv_error(
+        "bad-number",
+        &[
+            GOOD_ROW,
+            "1381104060,1676.5,1,6x,1676.5,1676.75,19,1676.5,1676.75,54",
+        ],
+        3,
+    );
+    assert!(
+        matches!(err, MarketError::BadNumber { column: "low", .. }),
+        "{err:?}"
+    );
     assert_mentions(&msg, &["low `6x`"]);
 }
 
 #[test]
 fn an_unparsable_timestamp_lists_the_accepted_forms() {
     let (err, msg) = csv_error("bad-time", &["07/10/2013 00:00,1,1,1,1,1,1,1,1,1"], 2);
-    assert!(matches!(err, MarketError::BadNumber { column: "timestamp", .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            MarketError::BadNumber {
+                column: "timestamp",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_mentions(&msg, &["`07/10/2013 00:00`", "YYYY-MM-DD HH:MM[:SS]"]);
 }
 
 #[test]
 fn nan_infinite_and_non_positive_prices_are_refused() {
-    for (field, shown) in [("NaN", "NaN"), ("inf", "inf"), ("0", "0"), ("-1676.5", "-1676.5")] {
+    for (field, shown) in [
+        ("NaN", "NaN"),
+        ("inf", "inf"),
+        ("0", "0"),
+        ("-1676.5", "-1676.5"),
+    ] {
         let row = format!("1381104000,1676.5,1676.75,1676.5,{field},19,1676.5,1676.75,54,89");
         let (err, msg) = csv_error("bad-price", &[&row], 2);
-        assert!(matches!(err, MarketError::BadPrice { column: "close", .. }), "{err:?}");
-        assert_mentions(&msg, &[&format!("close {shown} is not a finite positive price")]);
+        assert!(
+            matches!(
+                err,
+                MarketError::BadPrice {
+                    column: "close",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_mentions(
+            &msg,
+            &[&format!("close {shown} is not a finite positive price")],
+        );
     }
 }
 
 #[test]
 fn high_below_low_is_refused() {
-    let (err, msg) =
-        csv_error("high-below-low", &["1381104000,1676.5,1676.25,1676.5,1676.5,19,1676.5,1676.75,54,89"], 2);
+    let (err, msg) = csv_error(
+        "high-below-low",
+        &["1381104000,1676.5,1676.25,1676.5,1676.5,19,1676.5,1676.75,54,89"],
+        2,
+    );
     assert!(matches!(err, MarketError::HighBelowLow { .. }), "{err:?}");
     assert_mentions(&msg, &["high 1676.25 is below low 1676.5"]);
 }
 
 #[test]
 fn open_or_close_outside_the_range_is_refused() {
-    let (err, msg) = csv_error("open-outside", &["1381104000,1677,1676.75,1676.5,1676.75,19,1676.5,1676.75,54,89"], 2);
-    assert!(matches!(err, MarketError::OutsideRange { column: "open", .. }), "{err:?}");
+    let (err, msg) = csv_error(
+        "open-outside",
+        &["1381104000,1677,1676.75,1676.5,1676.75,19,1676.5,1676.75,54,89"],
+        2,
+    );
+    assert!(
+        matches!(err, MarketError::OutsideRange { column: "open", .. }),
+        "{err:?}"
+    );
     assert_mentions(&msg, &["open 1677 is outside [low 1676.5, high 1676.75]"]);
-    let (err, msg) =
-        csv_error("close-outside", &[GOOD_ROW, "1381104060,1676.5,1676.75,1676.5,1676,19,1676.5,1676.75,54,89"], 3);
-    assert!(matches!(err, MarketError::OutsideRange { column: "close", .. }), "{err:?}");
+    let (err, msg) = csv_error(
+        "close-outside",
+        &[
+            GOOD_ROW,
+            "1381104060,1676.5,1676.75,1676.5,1676,19,1676.5,1676.75,54,89",
+        ],
+        3,
+    );
+    assert!(
+        matches!(
+            err,
+            MarketError::OutsideRange {
+                column: "close",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_mentions(&msg, &["close 1676 is outside"]);
 }
 
 #[test]
 fn negative_volume_is_refused() {
-    let (err, msg) =
-        csv_error("negative-volume", &["1381104000,1676.5,1676.75,1676.5,1676.75,-19,1676.5,1676.75,54,89"], 2);
-    assert!(matches!(err, MarketError::BadQuantity { column: "volume", .. }), "{err:?}");
+    let (err, msg) = csv_error(
+        "negative-volume",
+        &["1381104000,1676.5,1676.75,1676.5,1676.75,-19,1676.5,1676.75,54,89"],
+        2,
+    );
+    assert!(
+        matches!(
+            err,
+            MarketError::BadQuantity {
+                column: "volume",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_mentions(&msg, &["volume -19 is negative"]);
 }
 
 #[test]
 fn a_crossed_quote_is_refused_and_a_locked_one_accepted() {
-    let (err, msg) = csv_error("crossed", &["1381104000,1676.5,1676.75,1676.5,1676.75,19,1677,1676.75,54,89"], 2);
+    let (err, msg) = csv_error(
+        "crossed",
+        &["1381104000,1676.5,1676.75,1676.5,1676.75,19,1677,1676.75,54,89"],
+        2,
+    );
     assert!(matches!(err, MarketError::CrossedQuote { .. }), "{err:?}");
     assert_mentions(&msg, &["bid 1677 is above ask 1676.75"]);
     let path = scratch("locked").join("bars.csv");
-    std::fs::write(&path, format!("{HEADER}\n1381104000,1676.5,1676.75,1676.5,1676.75,19,1676.75,1676.75,54,89\n"))
-        .unwrap();
+    std::fs::write(
+        &path,
+        format!("{HEADER}\n1381104000,1676.5,1676.75,1676.5,1676.75,19,1676.75,1676.75,54,89\n"),
+    )
+    .unwrap();
     assert_eq!(market::load_csv(&path).unwrap().bid, [1676.75]);
 }
 
@@ -260,8 +418,17 @@ fn a_crossed_quote_is_refused_and_a_locked_one_accepted() {
 fn duplicate_and_unsorted_times_name_both_times_and_lines() {
     let later = "1381104060,1676.5,1676.75,1676.5,1676.75,19,1676.5,1676.75,54,89";
     let (err, msg) = csv_error("duplicate-time", &[GOOD_ROW, GOOD_ROW], 3);
-    assert!(matches!(err, MarketError::TimeNotIncreasing { .. }), "{err:?}");
-    assert_mentions(&msg, &["time 1381104000000 (2013-10-07 00:00:00) is not after time 1381104000000", "bars.csv:2"]);
+    assert!(
+        matches!(err, MarketError::TimeNotIncreasing { .. }),
+        "{err:?}"
+    );
+    assert_mentions(
+        &msg,
+        &[
+            "time 1381104000000 (2013-10-07 00:00:00) is not after time 1381104000000",
+            "bars.csv:2",
+        ],
+    );
     let (_, msg) = csv_error("unsorted-time", &[later, GOOD_ROW], 3);
     assert_mentions(
         &msg,
@@ -291,21 +458,47 @@ fn empty_files_and_header_only_files_are_refused() {
 #[test]
 fn a_missing_header_column_is_named_with_the_header() {
     let path = scratch("missing-column").join("bars.csv");
-    std::fs::write(&path, "timestamp,open,high,low,volume\n1381104000,1,1,1,1\n").unwrap();
+    std::fs::write(
+        &path,
+        "timestamp,open,high,low,volume\n1381104000,1,1,1,1\n",
+    )
+    .unwrap();
     let msg = market::load_csv(&path).unwrap_err().to_string();
     assert!(msg.starts_with(&format!("{}:1: ", path.display())), "{msg}");
-    assert_mentions(&msg, &["no column `close`", "`timestamp,open,high,low,volume`"]);
+    assert_mentions(
+        &msg,
+        &["no column `close`", "`timestamp,open,high,low,volume`"],
+    );
     // A headerless file is refused the same way.
     std::fs::write(&path, format!("{GOOD_ROW}\n")).unwrap();
-    assert!(matches!(market::load_csv(&path).unwrap_err(), MarketError::MissingColumn { column: "timestamp", .. }));
+    assert!(matches!(
+        market::load_csv(&path).unwrap_err(),
+        MarketError::MissingColumn {
+            column: "timestamp",
+            ..
+        }
+    ));
 }
 
 #[test]
 fn quote_columns_come_all_four_or_none() {
     let path = scratch("partial-quote").join("bars.csv");
-    std::fs::write(&path, "timestamp,open,high,low,close,volume,bid,ask\n1381104000,1,1,1,1,1,1,1\n").unwrap();
+    std::fs::write(
+        &path,
+        "timestamp,open,high,low,close,volume,bid,ask\n1381104000,1,1,1,1,1,1,1\n",
+    )
+    .unwrap();
     let err = market::load_csv(&path).unwrap_err();
-    assert!(matches!(err, MarketError::MissingColumn { column: "bid_size", .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            MarketError::MissingColumn {
+                column: "bid_size",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert_mentions(&err.to_string(), &["all four quote columns"]);
 }
 
@@ -313,12 +506,19 @@ fn quote_columns_come_all_four_or_none() {
 fn a_path_that_is_neither_a_folder_nor_csv_is_refused() {
     let path = scratch("unknown").join("bars.txt");
     std::fs::write(&path, "x").unwrap();
-    assert!(matches!(market::load(&path).unwrap_err(), MarketError::UnknownFormat { .. }));
+    assert!(matches!(
+        market::load(&path).unwrap_err(),
+        MarketError::UnknownFormat { .. }
+    ));
 }
 
 #[test]
 fn in_memory_bars_with_unequal_columns_are_refused() {
-    let mut bars = market::synthetic(&SyntheticConfig { bars: 10, ..SyntheticConfig::default() }).unwrap();
+    let mut bars = market::synthetic(&SyntheticConfig {
+        bars: 10,
+        ..SyntheticConfig::default()
+    })
+    .unwrap();
     bars.ask.pop();
     let msg = bars.validate("my bars").unwrap_err().to_string();
     assert_mentions(&msg, &["my bars: ask has 9 entries but time_ms has 10"]);
@@ -339,18 +539,38 @@ fn csv_columns_are_found_by_name_in_any_case_and_order_with_every_timestamp_form
     std::fs::write(&path, rows.join("\r\n")).unwrap();
     let bars = market::load_csv(&path).unwrap();
     let t0 = DAY_2013_10_07_MS;
-    assert_eq!(bars.time_ms, [t0, t0 + 60_000, t0 + 120_000, t0 + 180_000, t0 + 270_000]);
+    assert_eq!(
+        bars.time_ms,
+        [t0, t0 + 60_000, t0 + 120_000, t0 + 180_000, t0 + 270_000]
+    );
     assert_eq!(bars.volume, [5.0, 6.0, 7.0, 8.0, 9.0]);
     assert_eq!(bars.high[3], 100.5);
     let half = market::CSV_TICK / 2.0;
-    assert!(bars.close.iter().zip(&bars.bid).all(|(c, b)| *b == c - half));
-    assert!(bars.close.iter().zip(&bars.ask).all(|(c, a)| *a == c + half));
-    assert!(bars.bid_size.iter().chain(&bars.ask_size).all(|&s| s == 1.0));
+    assert!(bars
+        .close
+        .iter()
+        .zip(&bars.bid)
+        .all(|(c, b)| *b == c - half));
+    assert!(bars
+        .close
+        .iter()
+        .zip(&bars.ask)
+        .all(|(c, a)| *a == c + half));
+    assert!(bars
+        .bid_size
+        .iter()
+        .chain(&bars.ask_size)
+        .all(|&s| s == 1.0));
 }
 
 #[test]
 fn synthetic_bars_round_trip_through_csv() {
-    let bars = market::synthetic(&SyntheticConfig { bars: 3000, seed: 5, ..SyntheticConfig::default() }).unwrap();
+    let bars = market::synthetic(&SyntheticConfig {
+        bars: 3000,
+        seed: 5,
+        ..SyntheticConfig::default()
+    })
+    .unwrap();
     let path = scratch("round-trip").join("bars.csv");
     market::write_csv(&bars, &path).unwrap();
     assert_eq!(market::load(&path).unwrap(), bars);
@@ -371,10 +591,21 @@ fn correlation(x: &[f64], y: &[f64]) -> f64 {
 
 #[test]
 fn synthetic_bars_are_deterministic_per_seed_and_differ_across_seeds() {
-    let cfg = SyntheticConfig { bars: 2000, ..SyntheticConfig::default() };
+    let cfg = SyntheticConfig {
+        bars: 2000,
+        ..SyntheticConfig::default()
+    };
     let a = market::synthetic(&cfg).unwrap();
     assert_eq!(a, market::synthetic(&cfg).unwrap());
-    assert_ne!(a.close, market::synthetic(&SyntheticConfig { seed: cfg.seed + 1, ..cfg }).unwrap().close);
+    assert_ne!(
+        a.close,
+        market::synthetic(&SyntheticConfig {
+            seed: cfg.seed + 1,
+            ..cfg
+        })
+        .unwrap()
+        .close
+    );
 }
 
 #[test]
@@ -383,10 +614,24 @@ fn synthetic_bars_are_valid_and_on_the_tick_grid() {
     let bars = market::synthetic(&cfg).unwrap();
     assert_eq!(bars.len(), cfg.bars);
     bars.validate("synthetic").unwrap();
-    for p in [&bars.open, &bars.high, &bars.low, &bars.close, &bars.bid, &bars.ask].into_iter().flatten() {
+    for p in [
+        &bars.open,
+        &bars.high,
+        &bars.low,
+        &bars.close,
+        &bars.bid,
+        &bars.ask,
+    ]
+    .into_iter()
+    .flatten()
+    {
         assert_eq!((p / cfg.tick).round() * cfg.tick, *p);
     }
-    assert!(bars.bid.iter().zip(&bars.ask).all(|(b, a)| a - b >= cfg.tick));
+    assert!(bars
+        .bid
+        .iter()
+        .zip(&bars.ask)
+        .all(|(b, a)| a - b >= cfg.tick));
 }
 
 #[test]
@@ -401,8 +646,17 @@ fn synthetic_returns_cluster_in_volatility() {
 fn synthetic_spreads_widen_with_volatility() {
     let bars = market::synthetic(&SyntheticConfig::default()).unwrap();
     let abs: Vec<f64> = log_returns(&bars).iter().map(|r| r.abs()).collect();
-    let rolling: Vec<f64> = abs.windows(30).map(|w| w.iter().sum::<f64>() / 30.0).collect();
-    let spread: Vec<f64> = bars.ask.iter().zip(&bars.bid).map(|(a, b)| a - b).skip(30).collect();
+    let rolling: Vec<f64> = abs
+        .windows(30)
+        .map(|w| w.iter().sum::<f64>() / 30.0)
+        .collect();
+    let spread: Vec<f64> = bars
+        .ask
+        .iter()
+        .zip(&bars.bid)
+        .map(|(a, b)| a - b)
+        .skip(30)
+        .collect();
     let rho = correlation(&spread, &rolling);
     assert!(rho > 0.05, "corr(spread, rolling |r|) = {rho}");
 }
@@ -423,26 +677,45 @@ fn synthetic_volume_is_u_shaped_over_the_session() {
     }
     let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
     let ratio = (mean(&edges) - mean(&middle)).exp();
-    assert!(ratio > 2.0, "geometric mean volume, session edges / midday = {ratio}");
+    assert!(
+        ratio > 2.0,
+        "geometric mean volume, session edges / midday = {ratio}"
+    );
 }
 
 #[test]
 fn synthetic_bars_have_missing_minutes_and_session_breaks() {
     let cfg = SyntheticConfig::default();
     let bars = market::synthetic(&cfg).unwrap();
-    let gaps: Vec<i64> = bars.time_ms.windows(2).map(|w| (w[1] - w[0]) / 60_000).collect();
+    let gaps: Vec<i64> = bars
+        .time_ms
+        .windows(2)
+        .map(|w| (w[1] - w[0]) / 60_000)
+        .collect();
     let missing = gaps.iter().filter(|&&g| (2..60).contains(&g)).count() as f64 / gaps.len() as f64;
-    assert!((0.5 * cfg.gap_prob..2.0 * cfg.gap_prob).contains(&missing), "share of gaps {missing}");
+    assert!(
+        (0.5 * cfg.gap_prob..2.0 * cfg.gap_prob).contains(&missing),
+        "share of gaps {missing}"
+    );
     let minutes = (bars.time_ms[bars.len() - 1] - cfg.start_time_ms) / 60_000;
     let breaks = minutes as usize / (cfg.session_minutes + 60);
     assert!(breaks >= 10);
-    assert_eq!(gaps.iter().filter(|&&g| g > 60).count(), breaks, "one break per session");
+    assert_eq!(
+        gaps.iter().filter(|&&g| g > 60).count(),
+        breaks,
+        "one break per session"
+    );
 }
 
 #[test]
 fn synthetic_book_imbalance_leans_toward_the_next_return() {
     let bars = market::synthetic(&SyntheticConfig::default()).unwrap();
-    let ofi: Vec<f64> = bars.bid_size.iter().zip(&bars.ask_size).map(|(b, a)| (b - a) / (b + a)).collect();
+    let ofi: Vec<f64> = bars
+        .bid_size
+        .iter()
+        .zip(&bars.ask_size)
+        .map(|(b, a)| (b - a) / (b + a))
+        .collect();
     let next = log_returns(&bars);
     let rho = correlation(&ofi[..next.len()], &next);
     assert!((0.03..0.3).contains(&rho), "corr(ofi_t, r_t+1) = {rho}");
@@ -450,12 +723,29 @@ fn synthetic_book_imbalance_leans_toward_the_next_return() {
 
 #[test]
 fn synthetic_configs_out_of_range_are_refused_with_the_fix() {
-    let msg = market::synthetic(&SyntheticConfig { bars: 0, ..SyntheticConfig::default() }).unwrap_err().to_string();
+    let msg = market::synthetic(&SyntheticConfig {
+        bars: 0,
+        ..SyntheticConfig::default()
+    })
+    .unwrap_err()
+    .to_string();
     assert_eq!(msg, "bars = 0 is invalid: generate at least 1 bar");
-    let msg = market::synthetic(&SyntheticConfig { garch_alpha: 0.2, garch_beta: 0.8, ..SyntheticConfig::default() })
-        .unwrap_err()
-        .to_string();
+    let msg = market::synthetic(&SyntheticConfig {
+        garch_alpha: 0.2,
+        garch_beta: 0.8,
+        ..SyntheticConfig::default()
+    })
+    .unwrap_err()
+    .to_string();
     assert_mentions(&msg, &["garch_alpha + garch_beta = 1", "below 1"]);
-    assert!(market::synthetic(&SyntheticConfig { tick: 0.0, ..SyntheticConfig::default() }).is_err());
-    assert!(market::synthetic(&SyntheticConfig { sigma: f64::NAN, ..SyntheticConfig::default() }).is_err());
+    assert!(market::synthetic(&SyntheticConfig {
+        tick: 0.0,
+        ..SyntheticConfig::default()
+    })
+    .is_err());
+    assert!(market::synthetic(&SyntheticConfig {
+        sigma: f64::NAN,
+        ..SyntheticConfig::default()
+    })
+    .is_err());
 }

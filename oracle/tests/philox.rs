@@ -6,8 +6,18 @@ use tallyho_oracle::philox::philox4x32_10;
 #[test]
 fn philox_matches_every_random123_known_answer_vector() {
     let kat = load_philox_kat().unwrap();
-    assert!(kat.len() >= 3, "expected at least 3 vectors, found {}", kat.len());
+    assert!(
+        kat.len() >= 3,
+        "expected at least 3 vectors, found {}",
+        kat.len()
+    );
     for v in &kat {
-        assert_eq!(philox4x32_10(v.counter, v.key), v.expected, "counter {:08x?} key {:08x?}", v.counter, v.key);
+        assert_eq!(
+            philox4x32_10(v.counter, v.key),
+            v.expected,
+            "counter {:08x?} key {:08x?}",
+            v.counter,
+            v.key
+        );
     }
 }

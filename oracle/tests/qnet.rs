@@ -41,7 +41,15 @@ fn batch(cfg: &QNetConfig, b: usize, seed: u64) -> (Transitions, Vec<f32>) {
         next_states: (0..b * s).map(|_| rng.gen_range(-1.0..1.0)).collect(),
         actions: Vec::new(),
         rewards: (0..b).map(|_| rng.gen_range(-3.0..3.0)).collect(),
-        discounts: (0..b).map(|i| if i == 1 { 0.0 } else { (0..1 + i % 2).fold(1.0f32, |d, _| d * cfg.gamma) }).collect(),
+        discounts: (0..b)
+            .map(|i| {
+                if i == 1 {
+                    0.0
+                } else {
+                    (0..1 + i % 2).fold(1.0f32, |d, _| d * cfg.gamma)
+                }
+            })
+            .collect(),
     };
     for _ in 0..b {
         for &n in &cfg.branches {
@@ -58,7 +66,14 @@ fn widen(p: &[f32]) -> Vec<f64> {
 
 /// The loss as a function of the online parameters with the targets held fixed: the two s'
 /// forwards are computed once and passed unchanged.
-fn loss_at(cfg: &QNetConfig, params: &[f64], t: &Transitions, w: &[f32], on2: &Forward, tg2: &Forward) -> qnet::Loss {
+fn loss_at(
+    cfg: &QNetConfig,
+    params: &[f64],
+    t: &Transitions,
+    w: &[f32],
+    on2: &Forward,
+    tg2: &Forward,
+) -> qnet::Loss {
     let f = qnet::forward(cfg, params, &t.states);
     qnet::loss(cfg, &f, on2, tg2, &t.actions, &t.rewards, &t.discounts, w)
 }
@@ -72,18 +87,37 @@ fn loss_at(cfg: &QNetConfig, params: &[f64], t: &Transitions, w: &[f32], on2: &F
 /// ~1e-5, so a ReLU or Huber kink inside the stencil has probability ~1e-3 per case; the
 /// seeds are fixed, so a pass is deterministic (the Huber margin is asserted below).
 fn check_backward_against_finite_differences(atoms: usize, b: usize, init_seed: u64, seed: u64) {
-    let cfg = QNetConfig { seed: init_seed, ..small(atoms) };
+    let cfg = QNetConfig {
+        seed: init_seed,
+        ..small(atoms)
+    };
     cfg.validate().unwrap();
     let p = widen(&qnet::init_params(&cfg));
-    let target = widen(&qnet::init_params(&QNetConfig { seed: cfg.seed + 1, ..cfg.clone() }));
+    let target = widen(&qnet::init_params(&QNetConfig {
+        seed: cfg.seed + 1,
+        ..cfg.clone()
+    }));
     let (t, w) = batch(&cfg, b, seed);
     let on2 = qnet::forward(&cfg, &p, &t.next_states);
     let tg2 = qnet::forward(&cfg, &target, &t.next_states);
     let fwd = qnet::forward(&cfg, &p, &t.states);
-    let l = qnet::loss(&cfg, &fwd, &on2, &tg2, &t.actions, &t.rewards, &t.discounts, &w);
+    let l = qnet::loss(
+        &cfg,
+        &fwd,
+        &on2,
+        &tg2,
+        &t.actions,
+        &t.rewards,
+        &t.discounts,
+        &w,
+    );
     if atoms == 1 {
         let kappa = f64::from(cfg.huber_kappa);
-        assert!(l.td.iter().all(|d| (d.abs() - kappa).abs() > 1e-3), "a TD error sits at the Huber kink: {:?}", l.td);
+        assert!(
+            l.td.iter().all(|d| (d.abs() - kappa).abs() > 1e-3),
+            "a TD error sits at the Huber kink: {:?}",
+            l.td
+        );
     }
     let g = qnet::backward(&cfg, &p, &fwd, &l);
     assert_eq!(g.len(), p.len());
@@ -99,17 +133,28 @@ fn check_backward_against_finite_differences(atoms: usize, b: usize, init_seed: 
         let fd = (up - down) / (2.0 * h);
         let err = (fd - g[i]).abs();
         let bound = 1e-8 + 1e-6 * g[i].abs();
-        let name = qnet::layout(&cfg).into_iter().find(|v| v.range().contains(&i)).unwrap().name;
+        let name = qnet::layout(&cfg)
+            .into_iter()
+            .find(|v| v.range().contains(&i))
+            .unwrap()
+            .name;
         assert!(err <= bound, "NA {atoms}, B {b}: parameter {i} ({name}): backward {:e}, fd {fd:e}, error {err:e} > {bound:e}", g[i]);
         worst = worst.max(err);
     }
     let nonzero = g.iter().filter(|x| x.abs() > 1e-9).count();
-    eprintln!("NA {atoms}, B {b}: {} parameters, {nonzero} with nonzero gradient, worst error {worst:e}", p.len());
+    eprintln!(
+        "NA {atoms}, B {b}: {} parameters, {nonzero} with nonzero gradient, worst error {worst:e}",
+        p.len()
+    );
     // Not vacuous: with three rows every tensor receives gradient (at B = 1 dead ReLUs
     // legitimately zero whole rows and columns).
     if b == 3 {
         for v in qnet::layout(&cfg) {
-            assert!(g[v.range()].iter().any(|x| x.abs() > 1e-9), "NA {atoms}: {} has an all-zero gradient", v.name);
+            assert!(
+                g[v.range()].iter().any(|x| x.abs() > 1e-9),
+                "NA {atoms}: {} has an all-zero gradient",
+                v.name
+            );
         }
     }
 }
@@ -135,13 +180,33 @@ fn scalar_batch_exercises_both_huber_regimes() {
     let (t, w) = batch(&cfg, 3, 7);
     let fwd = qnet::forward(&cfg, &p, &t.states);
     let s2 = qnet::forward(&cfg, &p, &t.next_states);
-    let l = qnet::loss(&cfg, &fwd, &s2, &s2, &t.actions, &t.rewards, &t.discounts, &w);
+    let l = qnet::loss(
+        &cfg,
+        &fwd,
+        &s2,
+        &s2,
+        &t.actions,
+        &t.rewards,
+        &t.discounts,
+        &w,
+    );
     let kappa = f64::from(cfg.huber_kappa);
-    assert!(l.td.iter().any(|d| d.abs() <= kappa) && l.td.iter().any(|d| d.abs() > kappa), "td {:?}", l.td);
+    assert!(
+        l.td.iter().any(|d| d.abs() <= kappa) && l.td.iter().any(|d| d.abs() > kappa),
+        "td {:?}",
+        l.td
+    );
 }
 
 fn c51(atoms: usize, v_min: f32, v_max: f32, gamma: f32) -> QNetConfig {
-    QNetConfig { atoms, v_min, v_max, gamma, n_step: 1, ..QNetConfig::default() }
+    QNetConfig {
+        atoms,
+        v_min,
+        v_max,
+        gamma,
+        n_step: 1,
+        ..QNetConfig::default()
+    }
 }
 
 fn normalised(raw: &[f64]) -> Vec<f64> {
@@ -157,7 +222,10 @@ fn c51_projection_conserves_mass_at_integer_positions_and_both_clamps() {
     let sum = |m: &[f64]| m.iter().sum::<f64>();
     // Terminal (discount 0) with r = 1: every Tz = 1, b = 3 exactly, l == u: a point mass on atom 3.
     let m = qnet::c51_project(&cfg, &p, 1.0, 0.0);
-    assert!((m[3] - 1.0).abs() < 1e-15 && (sum(&m) - 1.0).abs() < 1e-15, "{m:?}");
+    assert!(
+        (m[3] - 1.0).abs() < 1e-15 && (sum(&m) - 1.0).abs() < 1e-15,
+        "{m:?}"
+    );
     // Clamped at the top and at the bottom: a point mass on the end atom.
     let m = qnet::c51_project(&cfg, &p, 100.0, 0.5);
     assert!((m[4] - 1.0).abs() < 1e-15, "{m:?}");
@@ -178,7 +246,11 @@ fn c51_projection_keeps_the_mean_when_nothing_clamps() {
     let p = normalised(&[0.1, 0.3, 0.2, 0.25, 0.15]);
     let m = qnet::c51_project(&cfg, &p, 0.3, 0.5);
     let mean_m: f64 = m.iter().zip(&z).map(|(a, b)| a * b).sum();
-    let mean_tz: f64 = p.iter().zip(&z).map(|(a, b)| a * (f64::from(0.3f32) + 0.5 * b)).sum();
+    let mean_tz: f64 = p
+        .iter()
+        .zip(&z)
+        .map(|(a, b)| a * (f64::from(0.3f32) + 0.5 * b))
+        .sum();
     assert!((mean_m - mean_tz).abs() < 1e-14, "{mean_m} vs {mean_tz}");
 }
 
@@ -214,8 +286,14 @@ fn dueling_advantages_are_centred_per_atom() {
         for (k, &n) in cfg.branches.iter().enumerate() {
             for i in 0..f.batch {
                 for z in 0..na {
-                    let mean = (0..n).map(|j| f.logits[k][(i * n + j) * na + z] - f.value[i * na + z]).sum::<f64>() / n as f64;
-                    assert!(mean.abs() < 1e-15, "NA {na} branch {k} row {i} atom {z}: mean {mean:e}");
+                    let mean = (0..n)
+                        .map(|j| f.logits[k][(i * n + j) * na + z] - f.value[i * na + z])
+                        .sum::<f64>()
+                        / n as f64;
+                    assert!(
+                        mean.abs() < 1e-15,
+                        "NA {na} branch {k} row {i} atom {z}: mean {mean:e}"
+                    );
                 }
             }
         }
@@ -240,28 +318,49 @@ fn double_dqn_ties_pick_the_lowest_action() {
     let cfg = small(5);
     let mut p = qnet::init_params(&cfg);
     // Zero every branch's output weights and biases (bo after the value head's NA).
-    for v in qnet::layout(&cfg).into_iter().filter(|v| v.name.starts_with("wa2_")) {
+    for v in qnet::layout(&cfg)
+        .into_iter()
+        .filter(|v| v.name.starts_with("wa2_"))
+    {
         p[v.range()].iter_mut().for_each(|x| *x = 0.0);
     }
     let bo = qnet::tensor(&cfg, "bo").unwrap();
-    p[bo.offset + cfg.atoms..bo.offset + bo.len()].iter_mut().for_each(|x| *x = 0.0);
+    p[bo.offset + cfg.atoms..bo.offset + bo.len()]
+        .iter_mut()
+        .for_each(|x| *x = 0.0);
     let (t, w) = batch(&cfg, 3, 1);
     let f = qnet::forward(&cfg, &p, &t.states);
     let s2 = qnet::forward(&cfg, &p, &t.next_states);
     let l = qnet::loss(&cfg, &f, &s2, &s2, &t.actions, &t.rewards, &t.discounts, &w);
-    assert!(l.next_actions.iter().all(|&a| a == 0), "{:?}", l.next_actions);
+    assert!(
+        l.next_actions.iter().all(|&a| a == 0),
+        "{:?}",
+        l.next_actions
+    );
 }
 
 #[test]
 fn double_dqn_selects_with_the_online_net_and_evaluates_with_the_target() {
     let cfg = small(1);
     let online = qnet::init_params(&cfg);
-    let target = qnet::init_params(&QNetConfig { seed: 99, ..cfg.clone() });
+    let target = qnet::init_params(&QNetConfig {
+        seed: 99,
+        ..cfg.clone()
+    });
     let (t, w) = batch(&cfg, 3, 7);
     let f = qnet::forward(&cfg, &online, &t.states);
     let on2 = qnet::forward(&cfg, &online, &t.next_states);
     let tg2 = qnet::forward(&cfg, &target, &t.next_states);
-    let l = qnet::loss(&cfg, &f, &on2, &tg2, &t.actions, &t.rewards, &t.discounts, &w);
+    let l = qnet::loss(
+        &cfg,
+        &f,
+        &on2,
+        &tg2,
+        &t.actions,
+        &t.rewards,
+        &t.discounts,
+        &w,
+    );
     let kk = cfg.branches.len();
     for i in 0..3 {
         let mut next = 0.0;
@@ -289,21 +388,38 @@ fn adam_first_step_moves_each_parameter_by_lr_times_the_sign() {
     for i in 0..p.len() {
         let moved = before[i] - p[i];
         // mhat = g, vhat = g^2 at t = 1: the step is lr g / (|g| + eps), within lr eps / |g|.
-        assert!((moved - lr * g[i].signum()).abs() <= 1e-6 * lr, "element {i}: moved {moved:e}");
+        assert!(
+            (moved - lr * g[i].signum()).abs() <= 1e-6 * lr,
+            "element {i}: moved {moved:e}"
+        );
     }
 }
 
 #[test]
 fn adam_steps_decrease_a_quadratic() {
-    let cfg = QNetConfig { lr: 1e-2, ..QNetConfig::default() };
+    let cfg = QNetConfig {
+        lr: 1e-2,
+        ..QNetConfig::default()
+    };
     let c = [1.0, 10.0, 0.1, 3.0];
     let goal = [1.0, -1.0, 2.0, 0.5];
-    let f = |p: &[f64]| p.iter().zip(&goal).zip(&c).map(|((x, t), c)| 0.5 * c * (x - t) * (x - t)).sum::<f64>();
+    let f = |p: &[f64]| {
+        p.iter()
+            .zip(&goal)
+            .zip(&c)
+            .map(|((x, t), c)| 0.5 * c * (x - t) * (x - t))
+            .sum::<f64>()
+    };
     let mut p = vec![0.0; 4];
     let mut st = AdamState::new(4);
     let mut last = f(&p);
     for step in 0..20 {
-        let g: Vec<f64> = p.iter().zip(&goal).zip(&c).map(|((x, t), c)| c * (x - t)).collect();
+        let g: Vec<f64> = p
+            .iter()
+            .zip(&goal)
+            .zip(&c)
+            .map(|((x, t), c)| c * (x - t))
+            .collect();
         optimizer::adam_step(&cfg, &mut p, &g, &mut st);
         let now = f(&p);
         assert!(now < last, "step {step}: {now} >= {last}");
@@ -315,7 +431,11 @@ fn adam_steps_decrease_a_quadratic() {
 fn clipping_scales_to_max_norm_above_it_and_leaves_gradients_below_it() {
     let mut g = vec![12.0, -16.0]; // norm 20
     let scale = optimizer::clip_grads(&mut g, 10.0);
-    assert!((optimizer::grad_norm(&g) - 10.0).abs() <= 10.0 * 1e-6, "norm {}", optimizer::grad_norm(&g));
+    assert!(
+        (optimizer::grad_norm(&g) - 10.0).abs() <= 10.0 * 1e-6,
+        "norm {}",
+        optimizer::grad_norm(&g)
+    );
     assert!((scale - 0.5).abs() < 1e-7);
     let mut g = vec![3.0, 4.0]; // norm 5
     assert_eq!(optimizer::clip_grads(&mut g, 10.0), 1.0);
@@ -349,9 +469,22 @@ fn init_is_one_chacha8_stream_in_layout_order() {
             if v.rows > 1 {
                 fan = v.rows;
             }
-            let fan_in = if v.name == "bo" { if c < cfg.atoms { cfg.value_hidden } else { cfg.adv_hidden } } else { fan };
+            let fan_in = if v.name == "bo" {
+                if c < cfg.atoms {
+                    cfg.value_hidden
+                } else {
+                    cfg.adv_hidden
+                }
+            } else {
+                fan
+            };
             let bound = 1.0 / (fan_in as f64).sqrt();
-            assert_eq!(p[i], rng.gen_range(-bound..bound) as f32, "element {i} of {}", v.name);
+            assert_eq!(
+                p[i],
+                rng.gen_range(-bound..bound) as f32,
+                "element {i} of {}",
+                v.name
+            );
             assert!(p[i].abs() <= bound as f32);
         }
     }
@@ -361,8 +494,15 @@ fn init_is_one_chacha8_stream_in_layout_order() {
 fn init_is_deterministic_for_a_seed_and_differs_across_seeds() {
     let cfg = small(5);
     assert_eq!(qnet::init_params(&cfg), qnet::init_params(&cfg));
-    let other = qnet::init_params(&QNetConfig { seed: cfg.seed + 1, ..cfg.clone() });
-    let same = qnet::init_params(&cfg).iter().zip(&other).filter(|(a, b)| a == b).count();
+    let other = qnet::init_params(&QNetConfig {
+        seed: cfg.seed + 1,
+        ..cfg.clone()
+    });
+    let same = qnet::init_params(&cfg)
+        .iter()
+        .zip(&other)
+        .filter(|(a, b)| a == b)
+        .count();
     assert_eq!(same, 0);
 }
 
@@ -373,17 +513,25 @@ fn layout_is_contiguous_in_the_documented_order() {
     let names: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(
         names,
-        [
-            "w1", "b1", "w2", "b2", "wh", "bh", "wv2", "wa2_0", "wa2_1", "wa2_2", "bo"
-        ]
+        ["w1", "b1", "w2", "b2", "wh", "bh", "wv2", "wa2_0", "wa2_1", "wa2_2", "bo"]
     );
     let mut end = 0;
     for v in &views {
-        assert_eq!(v.offset, end, "{} does not start where the previous tensor ends", v.name);
+        assert_eq!(
+            v.offset, end,
+            "{} does not start where the previous tensor ends",
+            v.name
+        );
         end += v.len();
     }
     assert_eq!(end, qnet::param_count(&cfg));
-    let shape = |name: &str| views.iter().find(|v| v.name == name).map(|v| (v.rows, v.cols)).unwrap();
+    let shape = |name: &str| {
+        views
+            .iter()
+            .find(|v| v.name == name)
+            .map(|v| (v.rows, v.cols))
+            .unwrap()
+    };
     assert_eq!(shape("w1"), (32, 256));
     assert_eq!(shape("wh"), (256, 128 + 3 * 128));
     assert_eq!(shape("bo"), (1, 51 * (1 + 3 + 5 + 3)));
@@ -396,21 +544,61 @@ fn config_errors_name_the_value_and_the_fix() {
     let d = QNetConfig::default();
     assert!(d.validate().is_ok());
     let msg = |c: QNetConfig| c.validate().unwrap_err().to_string();
-    assert_eq!(msg(QNetConfig { h1: 0, ..d.clone() }), "h1 is 0: it must be at least 1");
-    assert_eq!(msg(QNetConfig { gamma: 1.5, ..d.clone() }), "gamma = 1.5 is outside [0, 1]: use a discount such as 0.99");
-    assert!(msg(QNetConfig { v_min: 1.0, v_max: 1.0, ..d.clone() }).starts_with("v_max = 1 is outside (v_min, +inf)"));
-    assert!(msg(QNetConfig { branches: vec![3, 0], ..d.clone() }).contains("branches is 0"));
-    assert!(msg(QNetConfig { branches: vec![], ..d.clone() }).contains("branches.len()"));
-    assert!(msg(QNetConfig { polyak_tau: Some(0.0), ..d.clone() }).starts_with("polyak_tau = 0 is outside (0, 1]"));
-    assert!(msg(QNetConfig { lr: f32::NAN, ..d.clone() }).starts_with("lr = NaN"));
+    assert_eq!(
+        msg(QNetConfig { h1: 0, ..d.clone() }),
+        "h1 is 0: it must be at least 1"
+    );
+    assert_eq!(
+        msg(QNetConfig {
+            gamma: 1.5,
+            ..d.clone()
+        }),
+        "gamma = 1.5 is outside [0, 1]: use a discount such as 0.99"
+    );
+    assert!(msg(QNetConfig {
+        v_min: 1.0,
+        v_max: 1.0,
+        ..d.clone()
+    })
+    .starts_with("v_max = 1 is outside (v_min, +inf)"));
+    assert!(msg(QNetConfig {
+        branches: vec![3, 0],
+        ..d.clone()
+    })
+    .contains("branches is 0"));
+    assert!(msg(QNetConfig {
+        branches: vec![],
+        ..d.clone()
+    })
+    .contains("branches.len()"));
+    assert!(msg(QNetConfig {
+        polyak_tau: Some(0.0),
+        ..d.clone()
+    })
+    .starts_with("polyak_tau = 0 is outside (0, 1]"));
+    assert!(msg(QNetConfig {
+        lr: f32::NAN,
+        ..d.clone()
+    })
+    .starts_with("lr = NaN"));
     // The support is irrelevant for a scalar Q.
-    assert!(QNetConfig { atoms: 1, v_min: 1.0, v_max: 1.0, ..d }.validate().is_ok());
+    assert!(QNetConfig {
+        atoms: 1,
+        v_min: 1.0,
+        v_max: 1.0,
+        ..d
+    }
+    .validate()
+    .is_ok());
 }
 
 #[test]
 fn one_update_lowers_the_loss_on_its_own_batch() {
     for atoms in [1, 5] {
-        let cfg = QNetConfig { lr: 1e-3, ..small(atoms) };
+        let cfg = QNetConfig {
+            lr: 1e-3,
+            ..small(atoms)
+        };
         let mut online = qnet::init_params(&cfg);
         let target = online.clone();
         let mut adam = AdamState::new(online.len());
@@ -419,7 +607,12 @@ fn one_update_lowers_the_loss_on_its_own_batch() {
         assert!(first.grad_norm > 0.0 && first.clip_scale == 1.0);
         assert_eq!(first.priorities.len(), 3);
         let second = qnet::update_step(&cfg, &mut online, &target, &mut adam, &t, &w).unwrap();
-        assert!(second.loss < first.loss, "NA {atoms}: {} -> {}", first.loss, second.loss);
+        assert!(
+            second.loss < first.loss,
+            "NA {atoms}: {} -> {}",
+            first.loss,
+            second.loss
+        );
         assert_eq!(adam.step, 2);
     }
 }
@@ -442,10 +635,23 @@ fn update_is_deterministic_and_refuses_bad_batches_without_changing_anything() {
     let mut bad = t.clone();
     bad.actions[4] = 2; // branch 1 has 2 actions
     let err = qnet::update_step(&cfg, &mut p, &start, &mut adam, &bad, &w).unwrap_err();
-    assert_eq!(err, QNetError::Action { row: 1, branch: 1, value: 2, choices: 2 });
-    assert!(err.to_string().starts_with("action 2 at row 1, branch 1 is outside [0, 2)"));
+    assert_eq!(
+        err,
+        QNetError::Action {
+            row: 1,
+            branch: 1,
+            value: 2,
+            choices: 2
+        }
+    );
+    assert!(err
+        .to_string()
+        .starts_with("action 2 at row 1, branch 1 is outside [0, 2)"));
     let err = qnet::update_step(&cfg, &mut p, &start, &mut adam, &t, &w[..2]).unwrap_err();
-    assert_eq!(err.to_string(), "weights has 2 values, expected 3 (batch 3): size it from the batch and the config");
+    assert_eq!(
+        err.to_string(),
+        "weights has 2 values, expected 3 (batch 3): size it from the batch and the config"
+    );
     assert_eq!((p, adam.step), (start, 0));
 }
 
@@ -455,10 +661,16 @@ fn update_is_deterministic_and_refuses_bad_batches_without_changing_anything() {
 #[test]
 fn head_q_is_the_forward_q_and_its_float_reference_is_within_float_error() {
     for atoms in [1, 5, 51] {
-        let cfg = QNetConfig { v_min: -10.0, v_max: 10.0, ..small(atoms) };
+        let cfg = QNetConfig {
+            v_min: -10.0,
+            v_max: 10.0,
+            ..small(atoms)
+        };
         let p = qnet::init_params(&cfg);
         let mut rng = ChaCha8Rng::seed_from_u64(atoms as u64);
-        let states: Vec<f32> = (0..9 * cfg.state_dim).map(|_| rng.gen_range(-3.0..3.0)).collect();
+        let states: Vec<f32> = (0..9 * cfg.state_dim)
+            .map(|_| rng.gen_range(-3.0..3.0))
+            .collect();
         let f = qnet::forward(&cfg, &p, &states);
         let (width, offsets) = (qnet::output_width(&cfg), qnet::output_offsets(&cfg));
         let yb = qnet::head_rows(&cfg, &f);
@@ -466,15 +678,31 @@ fn head_q_is_the_forward_q_and_its_float_reference_is_within_float_error() {
         assert_eq!(offsets.len(), cfg.branches.len() + 2);
         // The value's atoms open each row, then branch k at offsets[k + 1].
         assert_eq!(yb[..atoms], f.value[..atoms]);
-        assert_eq!(yb[offsets[2]..offsets[3]], f.adv[1][..offsets[3] - offsets[2]]);
+        assert_eq!(
+            yb[offsets[2]..offsets[3]],
+            f.adv[1][..offsets[3] - offsets[2]]
+        );
         let q = qnet::head_q(&cfg, &yb);
         assert_eq!(q, qnet::branch_rows(&cfg, &f.q, f.batch, 1), "NA {atoms}");
         // Row 1 starts with branch 0's actions of row 1.
         let a: usize = cfg.branches.iter().sum();
-        assert_eq!(q[a..a + cfg.branches[0]], f.q[0][cfg.branches[0]..2 * cfg.branches[0]]);
+        assert_eq!(
+            q[a..a + cfg.branches[0]],
+            f.q[0][cfg.branches[0]..2 * cfg.branches[0]]
+        );
         let q32 = qnet::head_q_f32(&cfg, &yb.iter().map(|&v| v as f32).collect::<Vec<f32>>());
-        let worst = q32.iter().zip(&q).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
-        assert!(worst < 1e-5 * 10.0, "NA {atoms}: float reference off by {worst:e}");
-        assert!(q.iter().any(|v| v.abs() > 1e-3), "NA {atoms}: Q all near zero, the check is vacuous");
+        let worst = q32
+            .iter()
+            .zip(&q)
+            .map(|(&a, &b)| (f64::from(a) - b).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            worst < 1e-5 * 10.0,
+            "NA {atoms}: float reference off by {worst:e}"
+        );
+        assert!(
+            q.iter().any(|v| v.abs() > 1e-3),
+            "NA {atoms}: Q all near zero, the check is vacuous"
+        );
     }
 }

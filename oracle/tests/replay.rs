@@ -5,7 +5,13 @@ use tallyho_oracle::replay::{self, ReplayState, Transitions};
 use tallyho_oracle::ReplayConfig;
 
 fn state_with(capacity: usize, batch: usize, leaves: &[f32], seed: u64) -> ReplayState {
-    let cfg = ReplayConfig { capacity, batch, state_dim: 1, seed, ..ReplayConfig::default() };
+    let cfg = ReplayConfig {
+        capacity,
+        batch,
+        state_dim: 1,
+        seed,
+        ..ReplayConfig::default()
+    };
     let mut st = ReplayState::new(&cfg);
     let l = cfg.leaves();
     st.tree[l..l + leaves.len()].copy_from_slice(leaves);

@@ -58,7 +58,10 @@ impl ActionBranches {
     /// The Q-values row's width: every branch's actions (`branches_width`,
     /// cuda/common/env_steps.cuh).
     pub(super) fn width(&self) -> usize {
-        self.n[..self.count as usize].iter().map(|&n| n as usize).sum()
+        self.n[..self.count as usize]
+            .iter()
+            .map(|&n| n as usize)
+            .sum()
     }
 }
 
@@ -100,7 +103,9 @@ unsafe impl cudarc::driver::DeviceRepr for ActEnv {}
 const _: () = assert!(std::mem::size_of::<ActEnv>() == 296);
 // Where `EnvStepIo` starts and its size (cuda/common/env_steps.cuh static_asserts the size):
 // 16 addresses from `epsilon` on.
-const _: () = assert!(std::mem::offset_of!(ActEnv, epsilon) == 168 && std::mem::size_of::<ActEnv>() - 168 == 128);
+const _: () = assert!(
+    std::mem::offset_of!(ActEnv, epsilon) == 168 && std::mem::size_of::<ActEnv>() - 168 == 128
+);
 
 impl ActEnv {
     pub fn envs(&self) -> usize {
@@ -127,9 +132,32 @@ impl ActEnv {
     pub fn addresses(&self) -> [u64; 26] {
         let s = self.state.0;
         [
-            s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], self.states, self.x, self.epsilon, self.features, self.close,
-            self.bid, self.ask, self.volatility, self.high, self.low, self.actions, self.filled, self.fill_price,
-            self.net_before, self.pnl, self.next_states, self.done, self.reason,
+            s[0],
+            s[1],
+            s[2],
+            s[3],
+            s[4],
+            s[5],
+            s[6],
+            s[7],
+            self.states,
+            self.x,
+            self.epsilon,
+            self.features,
+            self.close,
+            self.bid,
+            self.ask,
+            self.volatility,
+            self.high,
+            self.low,
+            self.actions,
+            self.filled,
+            self.fill_price,
+            self.net_before,
+            self.pnl,
+            self.next_states,
+            self.done,
+            self.reason,
         ]
     }
 }

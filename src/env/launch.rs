@@ -26,7 +26,11 @@ impl Env {
     pub fn action_select(&mut self, q: &CudaSlice<f32>) -> Result<()> {
         let width = self.branches.width();
         if q.len() != self.cfg.envs * width {
-            return Err(Error::Shape(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
+            return Err(Error::Shape(format!(
+                "Q-values of {} floats for {} envs x {width} actions",
+                q.len(),
+                self.cfg.envs
+            )));
         }
         let envs = self.params.envs;
         let mut l = self.stream.launch_builder(&self.k.action_select);
@@ -97,7 +101,11 @@ impl Env {
     pub fn env_step(&mut self, q: &CudaSlice<f32>) -> Result<()> {
         let width = self.branches.width();
         if q.len() != self.cfg.envs * width {
-            return Err(Error::Shape(format!("Q-values of {} floats for {} envs x {width} actions", q.len(), self.cfg.envs)));
+            return Err(Error::Shape(format!(
+                "Q-values of {} floats for {} envs x {width} actions",
+                q.len(),
+                self.cfg.envs
+            )));
         }
         let m = &self.market;
         // Launched programmatically: its launch overlaps the Q-forward's tail (env_step

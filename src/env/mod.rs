@@ -6,14 +6,16 @@
 //! in device memory, so a captured step replays correctly.
 
 use crate::error::{Error, Result};
-use crate::schedule::Epsilon;
 use crate::runtime::{entry, grid_stride, Gpu, Programmatic};
+use crate::schedule::Epsilon;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use std::sync::Arc;
-use tallyho_oracle::env::{EnvConfig, EnvMarket, EnvState, Fills, Outcome, Split, PORTFOLIO_FEATURES};
+use tallyho_oracle::action::BRANCH_COUNT;
+use tallyho_oracle::env::{
+    EnvConfig, EnvMarket, EnvState, Fills, Outcome, Split, PORTFOLIO_FEATURES,
+};
 use tallyho_oracle::features::{self, FeatureConfig, Market};
 use tallyho_oracle::market::{self, SyntheticConfig};
-use tallyho_oracle::action::BRANCH_COUNT;
 use tallyho_oracle::philox::key_of_seed;
 
 mod args;
@@ -101,7 +103,14 @@ pub struct Env {
 
 fn check_market(m: &EnvMarket) -> Result<()> {
     let b = m.bars;
-    let lens = [m.bid.len(), m.ask.len(), m.high.len(), m.low.len(), m.close.len(), m.volatility.len()];
+    let lens = [
+        m.bid.len(),
+        m.ask.len(),
+        m.high.len(),
+        m.low.len(),
+        m.close.len(),
+        m.volatility.len(),
+    ];
     if b == 0 || lens.iter().any(|&l| l != b) || m.features.len() != b * m.feature_dim {
         return Err(Error::Shape(format!(
             "market arrays do not describe {b} bars of {} features: features {}, bid/ask/high/low/close/volatility {lens:?}",
@@ -110,7 +119,9 @@ fn check_market(m: &EnvMarket) -> Result<()> {
         )));
     }
     if b >= u32::MAX as usize {
-        return Err(Error::Shape(format!("{b} bars exceed the 32-bit bar index: split the data")));
+        return Err(Error::Shape(format!(
+            "{b} bars exceed the 32-bit bar index: split the data"
+        )));
     }
     Ok(())
 }
@@ -119,7 +130,13 @@ impl Env {
     /// Upload `market` and allocate everything for `cfg.envs` environments on bars
     /// `split`, with action branches `branches` (the Q-network's); every env starts flat at
     /// its Philox-chosen bar (the oracle's `EnvState::new`), epsilon 1.
-    pub fn new(gpu: &Gpu, cfg: &EnvConfig, branches: &[usize], market: &EnvMarket, split: Split) -> Result<Self> {
+    pub fn new(
+        gpu: &Gpu,
+        cfg: &EnvConfig,
+        branches: &[usize],
+        market: &EnvMarket,
+        split: Split,
+    ) -> Result<Self> {
         cfg.validate(branches)?;
         check_market(market)?;
         split.validate(market.bars)?;
@@ -182,7 +199,10 @@ impl Env {
             stream: s.clone(),
             k,
             params,
-            branches: ActionBranches { count: branches.len() as u32, n },
+            branches: ActionBranches {
+                count: branches.len() as u32,
+                n,
+            },
             market: dm,
             st,
             ptrs,

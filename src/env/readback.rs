@@ -9,9 +9,15 @@ impl Env {
         let n = self.cfg.envs;
         let lens = st.field_lens();
         if lens.iter().any(|&l| l != n) {
-            return Err(Error::Shape(format!("an env state with field lengths {lens:?} for an Env of {n} envs")));
+            return Err(Error::Shape(format!(
+                "an env state with field lengths {lens:?} for an Env of {n} envs"
+            )));
         }
-        if let Some(b) = st.bar.iter().find(|&&b| b < self.split.lo || b + 1 >= self.split.hi) {
+        if let Some(b) = st
+            .bar
+            .iter()
+            .find(|&&b| b < self.split.lo || b + 1 >= self.split.hi)
+        {
             return Err(Error::Shape(format!(
                 "env bar {b} is outside the split's start range [{}, {}): it needs a next bar",
                 self.split.lo,
@@ -47,7 +53,11 @@ impl Env {
     /// Upload actions `[N x 3]` (tests, fixtures: `fill_step` on chosen actions).
     pub fn upload_actions(&mut self, actions: &[i32]) -> Result<()> {
         if actions.len() != self.cfg.envs * 3 {
-            return Err(Error::Shape(format!("{} actions for {} envs x 3 branches", actions.len(), self.cfg.envs)));
+            return Err(Error::Shape(format!(
+                "{} actions for {} envs x 3 branches",
+                actions.len(),
+                self.cfg.envs
+            )));
         }
         Ok(self.stream.memcpy_htod(actions, &mut self.actions)?)
     }
@@ -56,7 +66,11 @@ impl Env {
     /// alone measures the step's PnL from it).
     pub fn upload_net_before(&mut self, net_before: &[f32]) -> Result<()> {
         if net_before.len() != self.cfg.envs {
-            return Err(Error::Shape(format!("{} net_before values for {} envs: give one per env", net_before.len(), self.cfg.envs)));
+            return Err(Error::Shape(format!(
+                "{} net_before values for {} envs: give one per env",
+                net_before.len(),
+                self.cfg.envs
+            )));
         }
         Ok(self.stream.memcpy_htod(net_before, &mut self.net_before)?)
     }
@@ -75,7 +89,11 @@ impl Env {
 
     pub fn read_fills(&self) -> Result<Fills> {
         let s = &self.stream;
-        Ok(Fills { filled: s.clone_dtoh(&self.filled)?, price: s.clone_dtoh(&self.fill_price)?, net_before: s.clone_dtoh(&self.net_before)? })
+        Ok(Fills {
+            filled: s.clone_dtoh(&self.filled)?,
+            price: s.clone_dtoh(&self.fill_price)?,
+            net_before: s.clone_dtoh(&self.net_before)?,
+        })
     }
 
     pub fn read_outcome(&self) -> Result<Outcome> {
@@ -91,7 +109,9 @@ impl Env {
     /// Fill every output with a poison value, so that a test sees any element not written.
     pub fn poison_outputs(&mut self) -> Result<()> {
         let s = &self.stream;
-        let nan = |b: &mut CudaSlice<f32>| -> Result<()> { Ok(s.memcpy_htod(&vec![f32::NAN; b.len()], b)?) };
+        let nan = |b: &mut CudaSlice<f32>| -> Result<()> {
+            Ok(s.memcpy_htod(&vec![f32::NAN; b.len()], b)?)
+        };
         nan(&mut self.states)?;
         nan(&mut self.x)?;
         nan(&mut self.fill_price)?;
@@ -99,7 +119,8 @@ impl Env {
         nan(&mut self.pnl)?;
         nan(&mut self.next_states)?;
         nan(&mut self.done)?;
-        let bad = |b: &mut CudaSlice<i32>| -> Result<()> { Ok(s.memcpy_htod(&vec![-7; b.len()], b)?) };
+        let bad =
+            |b: &mut CudaSlice<i32>| -> Result<()> { Ok(s.memcpy_htod(&vec![-7; b.len()], b)?) };
         bad(&mut self.actions)?;
         bad(&mut self.filled)?;
         bad(&mut self.reason)

@@ -22,8 +22,8 @@
 //! no queueing behind earlier repetitions. Reported: median, 10th and 90th percentile.
 
 use crate::error::{Error, Result};
-use crate::replay::{DeviceTransitions, ReplayBuffer};
 use crate::graph::{Binding, GraphSlot};
+use crate::replay::{DeviceTransitions, ReplayBuffer};
 use crate::runtime::Gpu;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaSlice;
@@ -72,34 +72,64 @@ pub struct BenchRow {
     /// Env transitions per second at the median (experience benchmarks only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transitions_per_s: Option<f64>,
+    /// Device memory the measured object holds, MiB (training benchmark only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_mib: Option<f64>,
 }
 
 /// Run the prioritized replay benchmark on `gpu`; one row per (op, capacity, batch, mode).
 pub fn bench_replay(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let timing = Timing::of(opts)?;
-    let (capacities, batches): (&[usize], &[usize]) =
-        if opts.quick { (&QUICK_CAPACITIES, &QUICK_BATCHES) } else { (&CAPACITIES, &BATCHES) };
+    let (capacities, batches): (&[usize], &[usize]) = if opts.quick {
+        (&QUICK_CAPACITIES, &QUICK_BATCHES)
+    } else {
+        (&CAPACITIES, &BATCHES)
+    };
     let mut rows = Vec::new();
     for &capacity in capacities {
         for &batch in batches {
-            let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ ((capacity as u64) << 20) ^ batch as u64);
-            let cfg = ReplayConfig { capacity, batch, state_dim: STATE_DIM, ..ReplayConfig::default() };
+            let mut rng =
+                ChaCha8Rng::seed_from_u64(SEED ^ ((capacity as u64) << 20) ^ batch as u64);
+            let cfg = ReplayConfig {
+                capacity,
+                batch,
+                state_dim: STATE_DIM,
+                ..ReplayConfig::default()
+            };
             let mut per = ReplayBuffer::new(gpu, &cfg, MAX_INSERT)?;
             let td = gpu.stream.clone_htod(&random_td(&mut rng, batch))?;
             fill_and_skew(&mut per, &td, &mut rng)?;
 
-            rows.extend(timing.both_modes(gpu, &mut per, "sample", capacity, batch, |p| p.sample())?);
-            rows.extend(timing.both_modes(gpu, &mut per, "sample+gather+update", capacity, batch, |p| {
-                p.sample()?;
-                p.gather()?;
-                p.update_priorities(&td)
-            })?);
+            rows.extend(
+                timing.both_modes(gpu, &mut per, "sample", capacity, batch, |p| p.sample())?,
+            );
+            rows.extend(timing.both_modes(
+                gpu,
+                &mut per,
+                "sample+gather+update",
+                capacity,
+                batch,
+                |p| {
+                    p.sample()?;
+                    p.gather()?;
+                    p.update_priorities(&td)
+                },
+            )?);
             if batch == INSERT_N {
                 let mut new_rows = DeviceTransitions::alloc(&gpu.stream, INSERT_N, STATE_DIM)?;
-                new_rows.upload(&gpu.stream, &random_transitions(&mut rng, INSERT_N), STATE_DIM)?;
-                rows.extend(timing.both_modes(gpu, &mut per, "insert", capacity, INSERT_N, |p| {
-                    p.insert(&new_rows, INSERT_N)
-                })?);
+                new_rows.upload(
+                    &gpu.stream,
+                    &random_transitions(&mut rng, INSERT_N),
+                    STATE_DIM,
+                )?;
+                rows.extend(timing.both_modes(
+                    gpu,
+                    &mut per,
+                    "insert",
+                    capacity,
+                    INSERT_N,
+                    |p| p.insert(&new_rows, INSERT_N),
+                )?);
             }
             gpu.synchronize()?;
         }
@@ -117,10 +147,19 @@ const QNET_BATCHES: [usize; 2] = [256, 1024];
 /// (no replay).
 pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     let timing = Timing::of(opts)?;
-    let batches = if opts.quick { &QNET_BATCHES[..1] } else { &QNET_BATCHES[..] };
+    let batches = if opts.quick {
+        &QNET_BATCHES[..1]
+    } else {
+        &QNET_BATCHES[..]
+    };
     let mut rows = Vec::new();
     for &batch in batches {
-        let case = crate::harness::parity::qnet::QNetCase { atoms: 51, state_dim: 32, batch, seed: SEED };
+        let case = crate::harness::parity::qnet::QNetCase {
+            atoms: 51,
+            state_dim: 32,
+            batch,
+            seed: SEED,
+        };
         let mut st = crate::harness::parity::qnet::QNetSetup::new(gpu, &case)?;
         let mut these = Vec::new();
         these.extend(timing.both_modes(gpu, &mut st, "update", 0, batch, |st| {
@@ -130,13 +169,18 @@ pub fn bench_qnet(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         these.extend(timing.both_modes(gpu, &mut st, "loss", 0, batch, |st| {
             st.net.loss(&st.device_batch, &st.device_weights)
         })?);
-        these.extend(timing.both_modes(gpu, &mut st, "backward", 0, batch, |st| st.net.backward())?);
-        these.extend(timing.both_modes(gpu, &mut st, "optimizer", 0, batch, |st| st.net.optimize())?);
+        these
+            .extend(timing.both_modes(gpu, &mut st, "backward", 0, batch, |st| st.net.backward())?);
+        these.extend(
+            timing.both_modes(gpu, &mut st, "optimizer", 0, batch, |st| st.net.optimize())?,
+        );
         // The TF32 option, beside the fp32 default.
         st.net.set_tf32(true);
-        these.extend(timing.both_modes(gpu, &mut st, "update (tf32)", 0, batch, |st| {
-            st.net.update(&st.device_batch, &st.device_weights)
-        })?);
+        these.extend(
+            timing.both_modes(gpu, &mut st, "update (tf32)", 0, batch, |st| {
+                st.net.update(&st.device_batch, &st.device_weights)
+            })?,
+        );
         st.net.set_tf32(false);
         rows.extend(these);
         gpu.synchronize()?;
@@ -174,7 +218,11 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     use crate::harness::parity::env::{acting_config, BRANCHES};
     use tallyho_oracle::env::{EnvConfig, EnvMarket, Split};
     let timing = Timing::of(opts)?;
-    let counts = if opts.quick { &ENV_COUNTS[..1] } else { &ENV_COUNTS[..] };
+    let counts = if opts.quick {
+        &ENV_COUNTS[..1]
+    } else {
+        &ENV_COUNTS[..]
+    };
     let market = load_market(None)?;
     let (em, split) = (EnvMarket::of(&market), Split::train(&market));
     let qcfg = acting_config(&em, SEED);
@@ -186,46 +234,74 @@ pub fn bench_env(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
     }
     let mut rows = Vec::new();
     for &n in counts {
-        let cfg = EnvConfig { envs: n, ..EnvConfig::default() };
+        let cfg = EnvConfig {
+            envs: n,
+            ..EnvConfig::default()
+        };
         let mut env = Env::new(gpu, &cfg, &BRANCHES, &em, split)?;
         env.set_epsilon(0.1)?;
         let exp = Experience::new(gpu, &env, &net)?;
-        let mut run = Run { env, exp, acting: net.acting(n)?.q_only() };
-        let step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
+        let mut run = Run {
+            env,
+            exp,
+            acting: net.acting(n)?.q_only(),
+        };
+        let step = timing.both_modes(gpu, &mut run, "experience step", 0, n, |r| {
+            r.exp.step(&mut r.env, &net, &mut r.acting)
+        })?;
         rows.extend(with_transitions_per_s(step, n));
         if run.exp.in_one_launch(&run.env, &net) {
             // The same step as the three unfused launches it replaces.
             run.exp.set_path(ExperiencePath::Unfused);
-            let chain = timing.both_modes(gpu, &mut run, "experience step (unfused)", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
+            let chain =
+                timing.both_modes(gpu, &mut run, "experience step (unfused)", 0, n, |r| {
+                    r.exp.step(&mut r.env, &net, &mut r.acting)
+                })?;
             run.exp.set_path(ExperiencePath::Fused);
             rows.extend(with_transitions_per_s(chain, n));
         }
-        rows.extend(timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
+        rows.extend(
+            timing.both_modes(gpu, &mut run, "q-forward (acting)", 0, n, |r| {
+                net.act(&r.env.x, &mut r.acting)
+            })?,
+        );
         net.set_act_fused(false);
-        rows.extend(timing.both_modes(gpu, &mut run, "q-forward (layers)", 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
-        let layers = timing.both_modes(gpu, &mut run, "experience step (layers)", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
+        rows.extend(
+            timing.both_modes(gpu, &mut run, "q-forward (layers)", 0, n, |r| {
+                net.act(&r.env.x, &mut r.acting)
+            })?,
+        );
+        let layers = timing.both_modes(gpu, &mut run, "experience step (layers)", 0, n, |r| {
+            r.exp.step(&mut r.env, &net, &mut r.acting)
+        })?;
         rows.extend(with_transitions_per_s(layers, n));
         net.set_act_fused(true);
         // qnet_act at each rows-per-block it fits.
         for block_rows in net.act_block_rows_available() {
             net.set_act_block_rows(Some(block_rows))?;
             let label = format!("q-forward (qnet_act, {block_rows} rows a block)");
-            rows.extend(timing.both_modes(gpu, &mut run, &label, 0, n, |r| net.act(&r.env.x, &mut r.acting))?);
+            rows.extend(timing.both_modes(gpu, &mut run, &label, 0, n, |r| {
+                net.act(&r.env.x, &mut r.acting)
+            })?);
         }
         net.set_act_block_rows(None)?;
         rows.extend(timing.both_modes(gpu, &mut run, "env kernels", 0, n, |r| {
             r.env.state_gather()?;
             r.env.env_step(&r.acting.q)
         })?);
-        rows.extend(timing.both_modes(gpu, &mut run, "env kernels (unfused)", 0, n, |r| {
-            r.env.state_gather()?;
-            r.env.action_select(&r.acting.q)?;
-            r.env.fill_step()?;
-            r.env.barriers()
-        })?);
+        rows.extend(
+            timing.both_modes(gpu, &mut run, "env kernels (unfused)", 0, n, |r| {
+                r.env.state_gather()?;
+                r.env.action_select(&r.acting.q)?;
+                r.env.fill_step()?;
+                r.env.barriers()
+            })?,
+        );
         // The TF32 option for the Q-forward, beside the fp32 default.
         net.set_tf32(true);
-        let tf32 = timing.both_modes(gpu, &mut run, "experience step (tf32)", 0, n, |r| r.exp.step(&mut r.env, &net, &mut r.acting))?;
+        let tf32 = timing.both_modes(gpu, &mut run, "experience step (tf32)", 0, n, |r| {
+            r.exp.step(&mut r.env, &net, &mut r.acting)
+        })?;
         net.set_tf32(false);
         rows.extend(with_transitions_per_s(tf32, n));
         gpu.synchronize()?;
@@ -241,42 +317,74 @@ const REWARD_COUNTS: [usize; 4] = [16, 256, 1024, 4096];
 /// eager and graph-replayed, on random step PnLs and positions (about 30% of the envs
 /// trading). The `batch` column holds N.
 pub fn bench_reward(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
-    use crate::reward::{RewardPipeline, RewardPath};
+    use crate::reward::{RewardPath, RewardPipeline};
     use tallyho_oracle::reward::RewardConfig;
     let timing = Timing::of(opts)?;
-    let counts = if opts.quick { &REWARD_COUNTS[..2] } else { &REWARD_COUNTS[..] };
+    let counts = if opts.quick {
+        &REWARD_COUNTS[..2]
+    } else {
+        &REWARD_COUNTS[..]
+    };
     let mut rows = Vec::new();
     for &n in counts {
         let mut rng = ChaCha8Rng::seed_from_u64(SEED ^ n as u64);
         let pnl: Vec<f32> = (0..n).map(|_| rng.gen_range(-100.0..100.0)).collect();
-        let position: Vec<i32> = (0..n).map(|_| if rng.gen_bool(0.3) { rng.gen_range(-3..=3) } else { 0 }).collect();
-        let (dr, dp) = (gpu.stream.clone_htod(&pnl)?, gpu.stream.clone_htod(&position)?);
+        let position: Vec<i32> = (0..n)
+            .map(|_| {
+                if rng.gen_bool(0.3) {
+                    rng.gen_range(-3..=3)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let (dr, dp) = (
+            gpu.stream.clone_htod(&pnl)?,
+            gpu.stream.clone_htod(&position)?,
+        );
         let mut chain = RewardPipeline::new(gpu, &RewardConfig::default(), n)?;
-        rows.extend(timing.both_modes(gpu, &mut chain, "reward unfused", 0, n, |c| c.step(RewardPath::Unfused, &dr, &dp))?);
-        rows.extend(timing.both_modes(gpu, &mut chain, "reward fused", 0, n, |c| c.step(RewardPath::Fused, &dr, &dp))?);
+        rows.extend(
+            timing.both_modes(gpu, &mut chain, "reward unfused", 0, n, |c| {
+                c.step(RewardPath::Unfused, &dr, &dp)
+            })?,
+        );
+        rows.extend(
+            timing.both_modes(gpu, &mut chain, "reward fused", 0, n, |c| {
+                c.step(RewardPath::Fused, &dr, &dp)
+            })?,
+        );
         gpu.synchronize()?;
     }
     Ok(rows)
 }
 
-struct Timing {
-    reps: usize,
-    warmup: usize,
+pub(crate) struct Timing {
+    pub(crate) reps: usize,
+    pub(crate) warmup: usize,
 }
 
 impl Timing {
     /// The repetitions and warm-up of `opts` (a quick run caps the repetitions; at least
     /// one warm-up call is made).
-    fn of(opts: &BenchOptions) -> Result<Self> {
+    pub(crate) fn of(opts: &BenchOptions) -> Result<Self> {
         if opts.reps == 0 {
-            return Err(Error::Shape("bench needs at least 1 repetition: raise --reps".into()));
+            return Err(Error::Shape(
+                "bench needs at least 1 repetition: raise --reps".into(),
+            ));
         }
-        let reps = if opts.quick { opts.reps.min(QUICK_REPS) } else { opts.reps };
-        Ok(Timing { reps, warmup: opts.warmup.max(1) })
+        let reps = if opts.quick {
+            opts.reps.min(QUICK_REPS)
+        } else {
+            opts.reps
+        };
+        Ok(Timing {
+            reps,
+            warmup: opts.warmup.max(1),
+        })
     }
 
     /// Time `work` eagerly, then captured once into a graph and replayed: two rows.
-    fn both_modes<T>(
+    pub(crate) fn both_modes<T>(
         &self,
         gpu: &Gpu,
         per: &mut T,
@@ -295,6 +403,7 @@ impl Timing {
             p90_us: percentile(&samples, 0.9),
             reps: samples.len(),
             transitions_per_s: None,
+            device_mib: None,
         };
         for _ in 0..self.warmup {
             work(per)?;
@@ -308,13 +417,19 @@ impl Timing {
             slot.run(&gpu.stream, binding, || work(per))?;
         }
         gpu.synchronize()?;
-        let replayed = time_us(gpu, self.reps, || slot.run(&gpu.stream, binding, || work(per)))?;
+        let replayed = time_us(gpu, self.reps, || {
+            slot.run(&gpu.stream, binding, || work(per))
+        })?;
         Ok([row("eager", eager), row("graph", replayed)])
     }
 }
 
 /// `reps` samples of `work` on `gpu.stream`, in microseconds between two CUDA events, sorted.
-fn time_us(gpu: &Gpu, reps: usize, mut work: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+pub(crate) fn time_us(
+    gpu: &Gpu,
+    reps: usize,
+    mut work: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
     let start = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
     let end = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
     let mut samples = Vec::with_capacity(reps);
@@ -330,7 +445,7 @@ fn time_us(gpu: &Gpu, reps: usize, mut work: impl FnMut() -> Result<()>) -> Resu
 }
 
 /// Linear interpolation between the closest ranks of sorted, non-empty `sorted`.
-fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
@@ -359,22 +474,44 @@ fn fill_and_skew(per: &mut ReplayBuffer, td: &CudaSlice<f32>, rng: &mut ChaCha8R
 /// `n` transitions of random, non-zero content (discount 0 for about 5% of them, else gamma^k).
 fn random_transitions(rng: &mut ChaCha8Rng, n: usize) -> Transitions {
     let mut t = Transitions::zeros(n, STATE_DIM);
-    t.states.iter_mut().chain(t.next_states.iter_mut()).for_each(|x| *x = rng.gen_range(-1.0..1.0));
-    t.actions.iter_mut().for_each(|a| *a = rng.gen_range(0..BRANCH_COUNT as i32));
-    t.rewards.iter_mut().for_each(|r| *r = rng.gen_range(-1.0..1.0));
-    t.discounts.iter_mut().for_each(|d| *d = crate::harness::parity::replay::random_discount(rng, 0.99, 3, 0.05));
+    t.states
+        .iter_mut()
+        .chain(t.next_states.iter_mut())
+        .for_each(|x| *x = rng.gen_range(-1.0..1.0));
+    t.actions
+        .iter_mut()
+        .for_each(|a| *a = rng.gen_range(0..BRANCH_COUNT as i32));
+    t.rewards
+        .iter_mut()
+        .for_each(|r| *r = rng.gen_range(-1.0..1.0));
+    t.discounts
+        .iter_mut()
+        .for_each(|d| *d = crate::harness::parity::replay::random_discount(rng, 0.99, 3, 0.05));
     t
 }
 
 /// `n` random positive |td| values spanning four orders of magnitude.
 fn random_td(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| 10f32.powf(rng.gen_range(-3.0..1.0))).collect()
+    (0..n)
+        .map(|_| 10f32.powf(rng.gen_range(-3.0..1.0)))
+        .collect()
 }
 
 /// An aligned text table: one line per row, after a header.
 pub fn format_table(rows: &[BenchRow]) -> String {
-    let header = ["op", "capacity", "batch", "mode", "median_us", "p10_us", "p90_us", "reps", "trans/s"];
-    let cells: Vec<[String; 9]> = rows
+    let header = [
+        "op",
+        "capacity",
+        "batch",
+        "mode",
+        "median_us",
+        "p10_us",
+        "p90_us",
+        "reps",
+        "trans/s",
+        "dev_MiB",
+    ];
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
             [
@@ -386,7 +523,9 @@ pub fn format_table(rows: &[BenchRow]) -> String {
                 format!("{:.2}", r.p10_us),
                 format!("{:.2}", r.p90_us),
                 r.reps.to_string(),
-                r.transitions_per_s.map_or("-".to_string(), |t| format!("{t:.3e}")),
+                r.transitions_per_s
+                    .map_or("-".to_string(), |t| format!("{t:.3e}")),
+                r.device_mib.map_or("-".to_string(), |m| format!("{m:.0}")),
             ]
         })
         .collect();
@@ -444,8 +583,12 @@ mod tests {
             p90_us: 123.456,
             reps: 100,
             transitions_per_s: None,
+            device_mib: None,
         };
-        let t = format_table(&[row("sample", "eager", 12.5), row("sample+gather+update", "graph", 3.25)]);
+        let t = format_table(&[
+            row("sample", "eager", 12.5),
+            row("sample+gather+update", "graph", 3.25),
+        ]);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("op"));

@@ -3,6 +3,7 @@
 //! depends on it.
 
 pub mod bench;
+pub mod bench_train;
 pub mod fixtures;
 pub mod parity;
 pub mod verify;

@@ -104,14 +104,23 @@ impl ActLayer {
     /// The input rows its slices read: each segment's x_off plus its slices.
     fn span(&self) -> usize {
         let rows = self.slices as usize * KT;
-        self.segments().iter().map(|s| s.x_off as usize + rows).max().unwrap_or(0)
+        self.segments()
+            .iter()
+            .map(|s| s.x_off as usize + rows)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The segment of padded column `p` (the last that starts at or before it), as the
     /// kernel's act_segment.
     #[cfg(test)]
     fn segment_of(&self, p: usize) -> ActSegment {
-        *self.segments().iter().rev().find(|s| p >= s.pcol0 as usize).unwrap_or(&self.seg[0])
+        *self
+            .segments()
+            .iter()
+            .rev()
+            .find(|s| p >= s.pcol0 as usize)
+            .unwrap_or(&self.seg[0])
     }
 }
 
@@ -126,9 +135,16 @@ fn source_lens(d: Dims) -> [usize; 4] {
 /// at its hidden rows and output columns, the biases in row H), each head's staging starting
 /// at the multiple of 8 at or below its first hidden row and of 4 at or below its first
 /// column (the rows and columns before are another head's: zero in this block's).
-fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) -> Result<[ActLayer; 4]> {
+fn layers_of(
+    cfg: &QNetConfig,
+    d: Dims,
+    heads: &[(usize, usize, usize, usize)],
+) -> Result<[ActLayer; 4]> {
     if heads.len() > SEGMENTS {
-        return Err(Error::Shape(format!("{} heads: qnet_act takes at most {SEGMENTS}", heads.len())));
+        return Err(Error::Shape(format!(
+            "{} heads: qnet_act takes at most {SEGMENTS}",
+            heads.len()
+        )));
     }
     let at = |name: &str| {
         spec::tensor(cfg, name)
@@ -138,21 +154,39 @@ fn layers_of(cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) 
     // A segment (x_off, fan_in, col0, lead, width, w, ld, bias).
     type Seg = (usize, usize, usize, usize, usize, usize, usize, usize);
     // A trunk layer: [w; b] ((fan_in + 1) x width, row-major) at `w`, its last row the biases.
-    let trunk = |w: usize, fan_in: usize, width: usize| -> Vec<Seg> { vec![(0, fan_in, 0, 0, width, w, width, w + fan_in * width)] };
+    let trunk = |w: usize, fan_in: usize, width: usize| -> Vec<Seg> {
+        vec![(0, fan_in, 0, 0, width, w, width, w + fan_in * width)]
+    };
     let head_segments = heads
         .iter()
         .map(|&(row0, fan_in, col0, width)| {
             let (x0, lead) = (row0 - row0 % 8, col0 % 4);
             let c0 = col0 - lead;
-            (x0, fan_in + row0 - x0, c0, lead, lead + width, x0 * d.ow + c0, d.ow, d.hw * d.ow + c0)
+            (
+                x0,
+                fan_in + row0 - x0,
+                c0,
+                lead,
+                lead + width,
+                x0 * d.ow + c0,
+                d.ow,
+                d.hw * d.ow + c0,
+            )
         })
         .collect();
-    let described = [trunk(at("w1")?, d.s, d.h1), trunk(at("w2")?, d.h1, d.h2), trunk(at("wh")?, d.h2, d.hw), head_segments];
+    let described = [
+        trunk(at("w1")?, d.s, d.h1),
+        trunk(at("w2")?, d.h1, d.h2),
+        trunk(at("wh")?, d.h2, d.hw),
+        head_segments,
+    ];
     let mut layers = [ActLayer::default(); 4];
     for (layer, segments) in layers.iter_mut().zip(&described) {
         let (mut pcol, mut kmax) = (0, 0);
         layer.count = segments.len() as u32;
-        for (s, &(x_off, fan_in, col0, lead, width, w, ld, bias)) in layer.seg.iter_mut().zip(segments) {
+        for (s, &(x_off, fan_in, col0, lead, width, w, ld, bias)) in
+            layer.seg.iter_mut().zip(segments)
+        {
             *s = ActSegment {
                 x_off: u32_of(x_off)?,
                 fan_in: u32_of(fan_in)?,
@@ -183,13 +217,20 @@ fn aligned_fits(layers: &[ActLayer; 4], sources: [usize; 4]) -> bool {
     layers.iter().zip(sources).all(|(layer, len)| {
         layer.segments().iter().all(|s| {
             let (w, ld, fan_in) = (s.w as usize, s.ld as usize, s.fan_in as usize);
-            w % 4 == 0 && ld % 4 == 0 && fan_in > 0 && w + (fan_in - 1) * ld + (s.width as usize).next_multiple_of(4) <= len
+            w % 4 == 0
+                && ld % 4 == 0
+                && fan_in > 0
+                && w + (fan_in - 1) * ld + (s.width as usize).next_multiple_of(4) <= len
         })
     })
 }
 
 fn u32_of(i: usize) -> Result<u32> {
-    u32::try_from(i).ok().ok_or_else(|| Error::Shape(format!("{i}: qnet_act indexes its parameters and columns below 2^32")))
+    u32::try_from(i).ok().ok_or_else(|| {
+        Error::Shape(format!(
+            "{i}: qnet_act indexes its parameters and columns below 2^32"
+        ))
+    })
 }
 
 /// The fused forward for one rows-per-block choice: its network description and its
@@ -208,12 +249,29 @@ impl Plan {
         let act = |inputs: usize| activation_floats(rows, inputs);
         let staged = rows * d.ow;
         let means = rows * d.kk * d.na;
-        let p = [act(layers[0].span()), act(d.h2), act(layers[2].span()), staged];
-        let q = [act(d.h1), act(layers[1].span()), act(d.hw), act(layers[3].span()), means];
+        let p = [
+            act(layers[0].span()),
+            act(d.h2),
+            act(layers[2].span()),
+            staged,
+        ];
+        let q = [
+            act(d.h1),
+            act(layers[1].span()),
+            act(d.hw),
+            act(layers[3].span()),
+            means,
+        ];
         let floats = |v: &[usize]| v.iter().copied().max().unwrap_or(0).next_multiple_of(4);
         let (p_floats, q_floats) = (floats(&p), floats(&q));
         let smem = 4 * (p_floats + q_floats + STAGES * KT * STAGE_LD);
-        let net = ActNet { layer: *layers, s: d.s as u32, x_ld: (d.s + 1) as u32, p_floats: p_floats as u32, q_floats: q_floats as u32 };
+        let net = ActNet {
+            layer: *layers,
+            s: d.s as u32,
+            x_ld: (d.s + 1) as u32,
+            p_floats: p_floats as u32,
+            q_floats: q_floats as u32,
+        };
         Plan { rows, net, smem }
     }
 }
@@ -234,7 +292,9 @@ impl ForwardEntries {
             (false, 32) => Ok(self.rows32),
             (true, 16) => Ok(self.aligned_rows16),
             (true, 32) => Ok(self.aligned_rows32),
-            _ => Err(Error::Shape(format!("{rows} rows per block: the fused forward's entry points take {BLOCK_ROWS:?}"))),
+            _ => Err(Error::Shape(format!(
+                "{rows} rows per block: the fused forward's entry points take {BLOCK_ROWS:?}"
+            ))),
         }
     }
 }
@@ -262,9 +322,20 @@ pub(super) struct Fused {
 impl Fused {
     /// The plans for the network of `d` that fit the device's shared memory (none: the
     /// network is too wide for one block, and acting runs layer by layer).
-    pub(super) fn new(gpu: &Gpu, cfg: &QNetConfig, d: Dims, heads: &[(usize, usize, usize, usize)]) -> Result<Fused> {
-        let optin = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
-        let sms = gpu.ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
+    pub(super) fn new(
+        gpu: &Gpu,
+        cfg: &QNetConfig,
+        d: Dims,
+        heads: &[(usize, usize, usize, usize)],
+    ) -> Result<Fused> {
+        let optin = gpu
+            .ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+            as usize;
+        let sms = gpu
+            .ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            .max(1) as usize;
         let layers = layers_of(cfg, d, heads)?;
         let aligned = aligned_fits(&layers, source_lens(d));
         let mut plans = Vec::new();
@@ -277,7 +348,12 @@ impl Fused {
             set_smem(&f, plan.smem)?;
             plans.push((f, plan));
         }
-        Ok(Fused { plans, aligned, sms, forced: None })
+        Ok(Fused {
+            plans,
+            aligned,
+            sms,
+            forced: None,
+        })
     }
 
     /// Whether the network is staged by the aligned feed (whole 16-byte copies).
@@ -313,7 +389,9 @@ impl Fused {
             return self.plans.iter().find(|(_, p)| p.rows == r);
         }
         let enough = (3 * self.sms).div_ceil(4);
-        self.plans.last().filter(|(_, p)| n.div_ceil(p.rows) >= enough)
+        self.plans
+            .last()
+            .filter(|(_, p)| n.div_ceil(p.rows) >= enough)
     }
 
     /// The rows per block that `n` rows would run with (None: layer by layer).
@@ -324,7 +402,10 @@ impl Fused {
 
 /// Raise `f`'s dynamic shared memory limit to `smem` bytes (a plan's).
 fn set_smem(f: &CudaFunction, smem: usize) -> Result<()> {
-    Ok(f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?)
+    Ok(f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem as i32,
+    )?)
 }
 
 /// One kernel built on the fused forward (`experience_step_*`, cuda/experience_step.cu):
@@ -377,14 +458,26 @@ impl<'a> ForwardLaunch<'a> {
     /// u32 na, f32 v_min, v_max.
     pub fn push_network(&'a self, l: &mut Programmatic<'a>) {
         l.input(&self.online.params).input(&self.online.heads);
-        l.value(&self.plan.net).value(self.head.shape).value(&self.head.na).value(&self.head.v_min).value(&self.head.v_max);
+        l.value(&self.plan.net)
+            .value(self.head.shape)
+            .value(&self.head.na)
+            .value(&self.head.v_min)
+            .value(&self.head.v_max);
     }
 
     /// The entry point of `kernel` for this launch's rows per block.
     pub fn entry<'k>(&self, kernel: &'k ForwardKernel) -> Result<&'k CudaFunction> {
-        kernel.entries.iter().find(|(rows, _)| *rows == self.plan.rows).map(|(_, f)| f).ok_or_else(|| {
-            Error::Shape(format!("no entry point for {} rows per block: load the kernel from this network", self.plan.rows))
-        })
+        kernel
+            .entries
+            .iter()
+            .find(|(rows, _)| *rows == self.plan.rows)
+            .map(|(_, f)| f)
+            .ok_or_else(|| {
+                Error::Shape(format!(
+                    "no entry point for {} rows per block: load the kernel from this network",
+                    self.plan.rows
+                ))
+            })
     }
 }
 
@@ -397,10 +490,25 @@ impl Fused {
         online: ActParams<'a>,
         head: ActHead<'a>,
     ) -> Result<Option<(&'a CudaFunction, ForwardLaunch<'a>)>> {
-        let Some((f, plan)) = self.pick(rows) else { return Ok(None) };
-        let blocks = u32::try_from(rows.div_ceil(plan.rows)).map_err(|_| Error::Shape(format!("acting on {rows} rows: too many for one grid")))?;
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: plan.smem as u32 };
-        Ok(Some((f, ForwardLaunch { online, head, plan, cfg })))
+        let Some((f, plan)) = self.pick(rows) else {
+            return Ok(None);
+        };
+        let blocks = u32::try_from(rows.div_ceil(plan.rows))
+            .map_err(|_| Error::Shape(format!("acting on {rows} rows: too many for one grid")))?;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (THREADS as u32, 1, 1),
+            shared_mem_bytes: plan.smem as u32,
+        };
+        Ok(Some((
+            f,
+            ForwardLaunch {
+                online,
+                head,
+                plan,
+                cfg,
+            },
+        )))
     }
 
     /// Load `kernel`'s entry point for every plan that fits, each with its plan's shared
@@ -417,7 +525,12 @@ impl Fused {
 }
 
 /// Launch `qnet_act` (entry point `f`) on `io.rows` rows by `launch`.
-pub(super) fn launch(stream: &Arc<CudaStream>, f: &CudaFunction, launch: &ForwardLaunch, io: ActIo) -> Result<()> {
+pub(super) fn launch(
+    stream: &Arc<CudaStream>,
+    f: &CudaFunction,
+    launch: &ForwardLaunch,
+    io: ActIo,
+) -> Result<()> {
     let rows64 = io.rows as u64;
     let mut l = Programmatic::new(stream, f);
     l.input(io.x).value(&rows64);

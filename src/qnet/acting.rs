@@ -24,7 +24,13 @@ pub struct Acting {
 impl Acting {
     /// The device addresses of its buffers (for a graph binding).
     pub fn addresses(&self, stream: &Arc<CudaStream>) -> [u64; 5] {
-        [address(stream, &self.a1), address(stream, &self.a2), address(stream, &self.ah), address(stream, &self.y), address(stream, &self.q)]
+        [
+            address(stream, &self.a1),
+            address(stream, &self.a2),
+            address(stream, &self.ah),
+            address(stream, &self.y),
+            address(stream, &self.q),
+        ]
     }
 
     /// The head-output rows, where these buffers keep them (not [`Acting::q_only`]).
@@ -53,7 +59,9 @@ impl QNet {
     /// Activations for acting on `rows` states at a time.
     pub fn acting(&self, rows: usize) -> Result<Acting> {
         if rows == 0 || rows >= i32::MAX as usize / 4 {
-            return Err(Error::Shape(format!("acting on {rows} states: use 1 to 2^29")));
+            return Err(Error::Shape(format!(
+                "acting on {rows} states: use 1 to 2^29"
+            )));
         }
         let (d, s) = (self.d, &self.stream);
         Ok(Acting {
@@ -74,36 +82,61 @@ impl QNet {
     /// one ([`QNet::act_block_rows`]); else layer by layer ([`QNet::act_layers`]).
     pub fn act(&self, x: &CudaSlice<f32>, a: &mut Acting) -> Result<()> {
         let (d, r) = (self.d, a.rows);
-        let Some((f, launch)) = self.act_launch(r)? else { return self.act_layers(x, a) };
+        let Some((f, launch)) = self.act_launch(r)? else {
+            return self.act_layers(x, a);
+        };
         self.check_len("acting input", x.len(), r * (d.s + 1))?;
-        let io = act::ActIo { x, rows: r, y: if a.outputs { Some(&mut a.y) } else { None }, q: &mut a.q };
+        let io = act::ActIo {
+            x,
+            rows: r,
+            y: if a.outputs { Some(&mut a.y) } else { None },
+            q: &mut a.q,
+        };
         act::launch(&self.stream, f, &launch, io)
     }
 
     /// The one-launch forward over `rows` rows, with `qnet_act`'s entry point for it, where
     /// acting on that many rows runs it ([`QNet::act_block_rows`]); None: layer by layer.
     /// Kernels built on the same forward (`experience_step`) launch through it too.
-    pub fn act_launch(&self, rows: usize) -> Result<Option<(&CudaFunction, act::ForwardLaunch<'_>)>> {
+    pub fn act_launch(
+        &self,
+        rows: usize,
+    ) -> Result<Option<(&CudaFunction, act::ForwardLaunch<'_>)>> {
         if self.act_block_rows(rows).is_none() {
             return Ok(None);
         }
         let d = self.d;
-        let online = act::ActParams { params: self.params.slice(..d.params), heads: self.head_matrix.slice(..(d.hw + 1) * d.ow) };
-        let head = act::ActHead { shape: &self.shape, na: d.na as u32, v_min: self.cfg.v_min, v_max: self.cfg.v_max };
+        let online = act::ActParams {
+            params: self.params.slice(..d.params),
+            heads: self.head_matrix.slice(..(d.hw + 1) * d.ow),
+        };
+        let head = act::ActHead {
+            shape: &self.shape,
+            na: d.na as u32,
+            v_min: self.cfg.v_min,
+            v_max: self.cfg.v_max,
+        };
         self.fused.launch_of(rows, online, head)
     }
 
     /// Load a kernel built on the one-launch forward (its entry point for every rows per
     /// block this network fits), so that it launches with [`QNet::act_launch`]'s network
     /// and shape.
-    pub fn load_forward_kernel(&self, gpu: &Gpu, kernel: &act::ForwardEntries) -> Result<act::ForwardKernel> {
+    pub fn load_forward_kernel(
+        &self,
+        gpu: &Gpu,
+        kernel: &act::ForwardEntries,
+    ) -> Result<act::ForwardKernel> {
         self.fused.load_kernel(gpu, kernel)
     }
 
     /// The device addresses of the online parameters and dense head matrix (for a graph
     /// binding).
     pub fn act_addresses(&self) -> (u64, u64) {
-        (address(&self.stream, &self.params), address(&self.stream, &self.head_matrix))
+        (
+            address(&self.stream, &self.params),
+            address(&self.stream, &self.head_matrix),
+        )
     }
 
     /// The state width S and the Q-row width (every branch's actions) the network takes.
@@ -170,16 +203,58 @@ impl QNet {
         self.check_len("acting input", x.len(), r * (d.s + 1))?;
         let off = &self.off;
         let st = &self.stream;
-        let input = FirstInput { s: x, s2: x, split: r, ld: d.s + 1, x: None };
-        first_layer(st, &self.k.first_layer, input, d, &self.params.slice(off.w1..), 1, r, 0, &mut a.a1)?;
-        hidden_layer(&self.gemm, 1, r, d.h2, d.h1 + 1, &a.a1, 0, &self.params.slice(off.w2..), 0, &mut a.a2)?;
-        hidden_layer(&self.gemm, 1, r, d.hw, d.h2 + 1, &a.a2, 0, &self.params.slice(off.wh..), 0, &mut a.ah)?;
+        let input = FirstInput {
+            s: x,
+            s2: x,
+            split: r,
+            ld: d.s + 1,
+            x: None,
+        };
+        first_layer(
+            st,
+            &self.k.first_layer,
+            input,
+            d,
+            &self.params.slice(off.w1..),
+            1,
+            r,
+            0,
+            &mut a.a1,
+        )?;
+        hidden_layer(
+            &self.gemm,
+            1,
+            r,
+            d.h2,
+            d.h1 + 1,
+            &a.a1,
+            0,
+            &self.params.slice(off.w2..),
+            0,
+            &mut a.a2,
+        )?;
+        hidden_layer(
+            &self.gemm,
+            1,
+            r,
+            d.hw,
+            d.h2 + 1,
+            &a.a2,
+            0,
+            &self.params.slice(off.wh..),
+            0,
+            &mut a.ah,
+        )?;
         // The heads' output products side by side: the value head on the main stream, the
         // branches across the lanes (as in forward_heads).
         let side = (self.heads.len() - 1).min(LANES);
         self.fork(0..side)?;
         for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
-            let gemm = if h == 0 { &self.gemm } else { &self.lanes[(h - 1) % LANES].gemm };
+            let gemm = if h == 0 {
+                &self.gemm
+            } else {
+                &self.lanes[(h - 1) % LANES].gemm
+            };
             #[rustfmt::skip]
             gemm.gemm(r, width, fan_in, 1.0,
                 &a.ah.slice(row..), pl(d.hw + 1),
@@ -193,8 +268,22 @@ impl QNet {
     /// The last stage of [`QNet::act`]: `qnet_head_q` on `a`'s head-output rows. Acting reads
     /// the Q-values only, so the head, in float, writes nothing else.
     pub fn act_head(&self, a: &mut Acting) -> Result<()> {
-        let out = HeadOutputs { dists: None, q: &mut a.q };
-        launch_head(&self.stream, &self.k, &self.head_matrix, &self.shape, &self.cfg, self.d, &self.head, 1, a.rows, &a.y, out)
+        let out = HeadOutputs {
+            dists: None,
+            q: &mut a.q,
+        };
+        launch_head(
+            &self.stream,
+            &self.k,
+            &self.head_matrix,
+            &self.shape,
+            &self.cfg,
+            self.d,
+            &self.head,
+            1,
+            a.rows,
+            &a.y,
+            out,
+        )
     }
 }
-

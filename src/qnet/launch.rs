@@ -64,10 +64,15 @@ pub(super) fn launch_head(
     out: HeadOutputs,
 ) -> Result<()> {
     let na = d.na as u32;
-    let rows32 = u32::try_from(rows).map_err(|_| Error::Shape(format!("the head over {rows} rows: more than u32 rows")))?;
+    let rows32 = u32::try_from(rows)
+        .map_err(|_| Error::Shape(format!("the head over {rows} rows: more than u32 rows")))?;
     let (bias_at, bias_stride) = (d.hw * d.ow, ((d.hw + 1) * d.ow) as u64);
     let bias = head_matrix.slice(bias_at..);
-    let s = if out.dists.is_some() { splits.head } else { splits.head_q };
+    let s = if out.dists.is_some() {
+        splits.head
+    } else {
+        splits.head_q
+    };
     let chunks = u32::try_from(rows.div_ceil(s.block_rows))
         .map_err(|_| Error::Shape(format!("the head over {rows} rows: too many for one grid")))?;
     let (lpa, block_rows) = (s.lpa as u32, s.block_rows as u32);
@@ -151,8 +156,16 @@ pub(super) fn lane_split(d: Dims, slots: usize, real: usize) -> Result<HeadSplit
         )));
     }
     let block_rows = (HEAD_THREADS / row_threads).clamp(1, (SMEM_DEFAULT - pad) / row_smem);
-    let (threads, smem) = ((block_rows * row_threads).next_multiple_of(32), block_rows * row_smem + pad);
-    Ok(HeadSplit { lpa, block_rows, threads, smem })
+    let (threads, smem) = (
+        (block_rows * row_threads).next_multiple_of(32),
+        block_rows * row_smem + pad,
+    );
+    Ok(HeadSplit {
+        lpa,
+        block_rows,
+        threads,
+        smem,
+    })
 }
 
 /// `qnet_head_q`'s work split: as `qnet_head`'s, with HEAD_Q_SLOTS atoms a lane and float
@@ -211,11 +224,23 @@ pub(super) fn first_layer(
     a1: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let (dim, rows64, h1, stride) = (d.s as u32, rows as u64, d.h1 as u32, param_stride as u64);
-    let blocks = u32::try_from(rows.div_ceil(FIRST_ROWS))
-        .map_err(|_| Error::Shape(format!("first layer over {rows} rows: too many for one grid")))?;
+    let blocks = u32::try_from(rows.div_ceil(FIRST_ROWS)).map_err(|_| {
+        Error::Shape(format!(
+            "first layer over {rows} rows: too many for one grid"
+        ))
+    })?;
     let (split, in_ld, null) = (input.split as u64, input.ld as u32, 0u64);
     let mut b = stream.launch_builder(k);
-    b.arg(input.s).arg(input.s2).arg(&split).arg(&in_ld).arg(&dim).arg(&rows64).arg(w1).arg(&stride).arg(&h1).arg(a1);
+    b.arg(input.s)
+        .arg(input.s2)
+        .arg(&split)
+        .arg(&in_ld)
+        .arg(&dim)
+        .arg(&rows64)
+        .arg(w1)
+        .arg(&stride)
+        .arg(&h1)
+        .arg(a1);
     match input.x {
         Some(x) => b.arg(x),
         None => b.arg(&null),

@@ -65,14 +65,23 @@ impl Offsets {
         let mut end = wv2 + cfg.value_hidden * cfg.atoms;
         for (k, &n) in cfg.branches.iter().enumerate() {
             if at(&format!("wa2_{k}"))? != end {
-                return Err(Error::Shape(format!("layout: wa2_{k} does not follow the previous head's weights")));
+                return Err(Error::Shape(format!(
+                    "layout: wa2_{k} does not follow the previous head's weights"
+                )));
             }
             end += cfg.adv_hidden * n * cfg.atoms;
         }
         if at("bo")? != end || end + spec::output_width(cfg) != spec::param_count(cfg) {
-            return Err(Error::Shape("layout: bo must follow the heads' output weights and end the buffer".into()));
+            return Err(Error::Shape(
+                "layout: bo must follow the heads' output weights and end the buffer".into(),
+            ));
         }
-        Ok(Offsets { w1: at("w1")?, w2: at("w2")?, wh: at("wh")?, wv2 })
+        Ok(Offsets {
+            w1: at("w1")?,
+            w2: at("w2")?,
+            wh: at("wh")?,
+            wv2,
+        })
     }
 }
 
@@ -123,7 +132,12 @@ pub(super) fn heads_of(cfg: &QNetConfig) -> Vec<(usize, usize, usize, usize)> {
     let offsets = spec::output_offsets(cfg);
     let mut heads = vec![(0, cfg.value_hidden, 0, cfg.atoms)];
     for (k, &n) in cfg.branches.iter().enumerate() {
-        heads.push((cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden, offsets[k + 1], n * cfg.atoms));
+        heads.push((
+            cfg.value_hidden + k * cfg.adv_hidden,
+            cfg.adv_hidden,
+            offsets[k + 1],
+            n * cfg.atoms,
+        ));
     }
     heads
 }
@@ -143,7 +157,12 @@ pub(super) fn head_matrix_index(cfg: &QNetConfig) -> Vec<u32> {
     };
     block(0, cfg.value_hidden, 0, na);
     for (k, &n) in cfg.branches.iter().enumerate() {
-        block(cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden, offsets[k + 1], n * na);
+        block(
+            cfg.value_hidden + k * cfg.adv_hidden,
+            cfg.adv_hidden,
+            offsets[k + 1],
+            n * na,
+        );
     }
     block(hw, 1, 0, ow);
     index
@@ -152,6 +171,9 @@ pub(super) fn head_matrix_index(cfg: &QNetConfig) -> Vec<u32> {
 /// `rows` rows of `width` values and a ones column (each value `fill`).
 pub(super) fn with_ones(rows: usize, width: usize, fill: f32) -> Vec<f32> {
     let mut v = vec![fill; rows * (width + 1)];
-    v.iter_mut().skip(width).step_by(width + 1).for_each(|x| *x = 1.0);
+    v.iter_mut()
+        .skip(width)
+        .step_by(width + 1)
+        .for_each(|x| *x = 1.0);
     v
 }

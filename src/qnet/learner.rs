@@ -41,8 +41,24 @@ impl QNet {
         // by qnet_first_layer (which stages x = [s | 1; s' | 1] and keeps it for the
         // backward), the others by one product with a ReLU epilogue.
         {
-            let input = FirstInput { s: states, s2: next_states, split: d.b, ld: d.s, x: Some(&mut self.x) };
-            first_layer(&self.stream, &self.k.first_layer, input, d, &self.params.slice(off.w1..), NETS, r, p, &mut self.a1)?;
+            let input = FirstInput {
+                s: states,
+                s2: next_states,
+                split: d.b,
+                ld: d.s,
+                x: Some(&mut self.x),
+            };
+            first_layer(
+                &self.stream,
+                &self.k.first_layer,
+                input,
+                d,
+                &self.params.slice(off.w1..),
+                NETS,
+                r,
+                p,
+                &mut self.a1,
+            )?;
         }
         #[rustfmt::skip]
         hidden_layer(&self.gemm, NETS, r, d.h2, d.h1 + 1,
@@ -64,7 +80,11 @@ impl QNet {
         self.fork(0..side)?;
         for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
             // Head 0 on the main stream, the others across the lanes.
-            let gemm = if h == 0 { &self.gemm } else { &self.lanes[(h - 1) % LANES].gemm };
+            let gemm = if h == 0 {
+                &self.gemm
+            } else {
+                &self.lanes[(h - 1) % LANES].gemm
+            };
             #[rustfmt::skip]
             gemm.gemm_batched(NETS, r, width, fan_in, 1.0,
                 &self.ah.slice(row..), pl(d.hw + 1), r * (d.hw + 1),
@@ -94,9 +114,28 @@ impl QNet {
 
     /// `qnet_head` on the head outputs y of both networks.
     pub fn forward_head(&mut self) -> Result<()> {
-        let dists = Dists { logits: &mut self.logits, log_probs: &mut self.log_probs, probs: &mut self.probs };
-        let out = HeadOutputs { dists: Some(dists), q: &mut self.q };
-        launch_head(&self.stream, &self.k, &self.head_matrix, &self.shape, &self.cfg, self.d, &self.head, NETS, self.d.rows, &self.y, out)
+        let dists = Dists {
+            logits: &mut self.logits,
+            log_probs: &mut self.log_probs,
+            probs: &mut self.probs,
+        };
+        let out = HeadOutputs {
+            dists: Some(dists),
+            q: &mut self.q,
+        };
+        launch_head(
+            &self.stream,
+            &self.k,
+            &self.head_matrix,
+            &self.shape,
+            &self.cfg,
+            self.d,
+            &self.head,
+            NETS,
+            self.d.rows,
+            &self.y,
+            out,
+        )
     }
 
     /// `qnet_loss` (ending in the batch loss) on the last forward, for the batch's actions,
@@ -126,7 +165,9 @@ impl QNet {
             .arg(&mut self.loss_done)
             .arg(&mut self.loss);
         let (kk, na) = (d.kk, d.na);
-        let shared = (3 * kk * na + 2 * na) * 8 + 2 * na * 4 + (3 * d.qw + if na > 1 { 3 * d.lw } else { 0 }) * 4;
+        let shared = (3 * kk * na + 2 * na) * 8
+            + 2 * na * 4
+            + (3 * d.qw + if na > 1 { 3 * d.lw } else { 0 }) * 4;
         let cfg = LaunchConfig {
             grid_dim: (b32, 1, 1),
             block_dim: ((LOSS_LANES * kk) as u32, 1, 1),
@@ -159,8 +200,12 @@ impl QNet {
         {
             let count = self.head_matrix_index.len();
             let count32 = count as u32;
-            let mut l = self.lanes[0].stream.launch_builder(&self.k.head_matrix_gather);
-            l.arg(&self.head_matrix_grad).arg(&self.head_matrix_index).arg(&count32);
+            let mut l = self.lanes[0]
+                .stream
+                .launch_builder(&self.k.head_matrix_gather);
+            l.arg(&self.head_matrix_grad)
+                .arg(&self.head_matrix_index)
+                .arg(&count32);
             let mut compact = self.grads.slice_mut(off.wv2..);
             l.arg(&mut compact);
             // SAFETY: qnet_head_matrix_gather(const float* dense [(H + 1) O], const u32* index [count],
@@ -176,13 +221,24 @@ impl QNet {
         let side = (self.heads.len() - 1).min(LANES - 1);
         self.fork(1..1 + side)?;
         for (h, &(row, fan_in, col, width)) in self.heads.iter().enumerate() {
-            let gemm = if h == 0 { &self.gemm } else { &self.lanes[1 + (h - 1) % (LANES - 1)].gemm };
+            let gemm = if h == 0 {
+                &self.gemm
+            } else {
+                &self.lanes[1 + (h - 1) % (LANES - 1)].gemm
+            };
             #[rustfmt::skip]
             gemm.gemm(b, fan_in, width, 1.0, &self.dy.slice(col..), pl(d.ow), &self.head_matrix.slice(row * d.ow + col..), tr(d.ow),
                 0.0, &mut self.dhh.slice_mut(row..), d.hw)?;
         }
         self.join(1..1 + side)?;
-        relu_backward(&self.stream, &self.k.relu_backward, &mut self.dhh, &self.ah, b, d.hw)?;
+        relu_backward(
+            &self.stream,
+            &self.k.relu_backward,
+            &mut self.dhh,
+            &self.ah,
+            b,
+            d.hw,
+        )?;
         // [wh; bh] (lane 1) and dh2.
         self.fork(1..2)?;
         #[rustfmt::skip]
@@ -191,7 +247,14 @@ impl QNet {
         #[rustfmt::skip]
         self.gemm.gemm(b, d.h2, d.hw, 1.0, &self.dhh, pl(d.hw), &self.params.slice(off.wh..off.wh + d.h2 * d.hw), tr(d.hw),
             0.0, &mut self.dh2, d.h2)?;
-        relu_backward(&self.stream, &self.k.relu_backward, &mut self.dh2, &self.a2, b, d.h2)?;
+        relu_backward(
+            &self.stream,
+            &self.k.relu_backward,
+            &mut self.dh2,
+            &self.a2,
+            b,
+            d.h2,
+        )?;
         // [w2; b2] (lane 2) and dh1.
         self.fork(2..3)?;
         #[rustfmt::skip]
@@ -200,7 +263,14 @@ impl QNet {
         #[rustfmt::skip]
         self.gemm.gemm(b, d.h1, d.h2, 1.0, &self.dh2, pl(d.h2), &self.params.slice(off.w2..off.w2 + d.h1 * d.h2), tr(d.h2),
             0.0, &mut self.dh1, d.h1)?;
-        relu_backward(&self.stream, &self.k.relu_backward, &mut self.dh1, &self.a1, b, d.h1)?;
+        relu_backward(
+            &self.stream,
+            &self.k.relu_backward,
+            &mut self.dh1,
+            &self.a1,
+            b,
+            d.h1,
+        )?;
         // [w1; b1].
         #[rustfmt::skip]
         self.gemm.gemm(d.s + 1, d.h1, b, 1.0, &self.x, tr(d.s + 1), &self.dh1, pl(d.h1),
@@ -213,8 +283,16 @@ impl QNet {
     pub fn optimize(&mut self) -> Result<()> {
         let p = self.d.params;
         let dense = self.head_matrix.slice_mut(..(self.d.hw + 1) * self.d.ow);
-        let mirror = Mirror { from: self.off.wv2, index: &self.head_matrix_index, to: dense };
-        self.opt.step(&mut self.params.slice_mut(..p), &self.grads.as_view(), Some(mirror))
+        let mirror = Mirror {
+            from: self.off.wv2,
+            index: &self.head_matrix_index,
+            to: dense,
+        };
+        self.opt.step(
+            &mut self.params.slice_mut(..p),
+            &self.grads.as_view(),
+            Some(mirror),
+        )
     }
 
     /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
@@ -229,23 +307,55 @@ impl QNet {
 
     /// [`QNet::update`] through the network's graph slot: eager once, then captured, then
     /// replayed. The batch and weights must stay the same buffers (refilled in place).
-    pub fn update_graphed(&mut self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
+    pub fn update_graphed(
+        &mut self,
+        t: &DeviceTransitions,
+        weights: &CudaSlice<f32>,
+    ) -> Result<()> {
         self.check_batch(t, weights)?;
         let stream = self.stream.clone();
         let binding = binding(self, t, weights);
-        GraphSlot::run_on(self, |q| &mut q.graph, &stream, binding, |q| q.update(t, weights))
+        GraphSlot::run_on(
+            self,
+            |q| &mut q.graph,
+            &stream,
+            binding,
+            |q| q.update(t, weights),
+        )
     }
 
     pub fn graph_phase(&self) -> Phase {
         self.graph.phase()
     }
 
+    /// The training step's target sync after an update: the Polyak average where the config
+    /// has one, else the copy when the update count (on the device) is a multiple of
+    /// `period`. No host read: a captured step replays it.
+    pub fn target_sync_due(&mut self, period: u32) -> Result<()> {
+        let p = self.d.params;
+        let (online, mut target) = self.params.split_at_mut(p);
+        match self.cfg.polyak_tau {
+            Some(tau) => self
+                .opt
+                .target_sync(&online.as_view(), &mut target, Some(tau))?,
+            None => self
+                .opt
+                .target_sync_every(&online.as_view(), &mut target, period)?,
+        }
+        self.scatter_head_matrix(NETS)
+    }
+
+    /// The last update's batch loss (one f64 on the device).
+    pub fn loss_buffer(&self) -> &CudaSlice<f64> {
+        &self.loss
+    }
+
     /// Target sync: a copy of the online parameters, or the Polyak average (config).
     pub fn target_sync(&mut self) -> Result<()> {
         let p = self.d.params;
         let (online, mut target) = self.params.split_at_mut(p);
-        self.opt.target_sync(&online.as_view(), &mut target, self.cfg.polyak_tau)?;
+        self.opt
+            .target_sync(&online.as_view(), &mut target, self.cfg.polyak_tau)?;
         self.scatter_head_matrix(NETS)
     }
 }
-

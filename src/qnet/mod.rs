@@ -26,11 +26,11 @@
 //! clip scale) live in device memory, so [`QNet::update_graphed`] captures the whole update
 //! once and replays it.
 
-use crate::gemm::{Gemm, Epilogue, Layout};
 use crate::error::{Error, Result};
+use crate::gemm::{Epilogue, Gemm, Layout};
 use crate::graph::{address, Binding, GraphSlot, Phase};
-use crate::replay::DeviceTransitions;
 use crate::optimizer::{Mirror, Optimizer};
+use crate::replay::DeviceTransitions;
 use crate::runtime::{entry, grid_stride, Gpu};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg};
@@ -45,9 +45,12 @@ mod learner;
 mod readback;
 
 pub use acting::Acting;
-pub use readback::{ForwardOut, LossOut};
-use launch::{first_layer, head_q_split, head_split, hidden_layer, launch_head, relu_backward, Dists, FirstInput, HeadOutputs, HeadSplits, Kernels};
+use launch::{
+    first_layer, head_q_split, head_split, hidden_layer, launch_head, relu_backward, Dists,
+    FirstInput, HeadOutputs, HeadSplits, Kernels,
+};
 use layout::{head_matrix_index, heads_of, with_ones, BranchShape, Dims, Offsets};
+pub use readback::{ForwardOut, LossOut};
 
 /// Most action branches a network may have (`QNET_MAX_BRANCHES` in cuda/common/qnet.cuh).
 pub const MAX_BRANCHES: usize = 8;
@@ -156,7 +159,9 @@ impl QNet {
     pub fn new(gpu: &Gpu, cfg: &QNetConfig, batch: usize) -> Result<Self> {
         cfg.validate()?;
         if batch == 0 {
-            return Err(Error::Shape("Q-network batch 0: an update needs at least one transition".into()));
+            return Err(Error::Shape(
+                "Q-network batch 0: an update needs at least one transition".into(),
+            ));
         }
         if cfg.num_branches() > MAX_BRANCHES {
             return Err(Error::Shape(format!(
@@ -164,13 +169,23 @@ impl QNet {
                 cfg.num_branches()
             )));
         }
-        let sizes = [batch, cfg.state_dim, cfg.h1, cfg.h2, spec::hidden_width(cfg), spec::output_width(cfg)];
+        let sizes = [
+            batch,
+            cfg.state_dim,
+            cfg.h1,
+            cfg.h2,
+            spec::hidden_width(cfg),
+            spec::output_width(cfg),
+        ];
         if sizes.iter().any(|&v| v >= i32::MAX as usize / 4) {
             return Err(Error::Shape(format!("Q-network sizes {sizes:?} exceed cuBLASLt's 32-bit dimensions: use smaller layers or batches")));
         }
         let d = Dims::of(cfg, batch);
         // The heads' limits, refused here rather than at the first forward.
-        let head = HeadSplits { head: head_split(d)?, head_q: head_q_split(d)? };
+        let head = HeadSplits {
+            head: head_split(d)?,
+            head_q: head_q_split(d)?,
+        };
         let s = &gpu.stream;
         let f = |e| gpu.function(e);
         let k = Kernels {
@@ -183,11 +198,18 @@ impl QNet {
             head_matrix_gather: f(entry::qnet_head_matrix::QNET_HEAD_MATRIX_GATHER)?,
         };
 
-        let event = || gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING));
+        let event = || {
+            gpu.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+        };
         let mut lanes = Vec::with_capacity(LANES);
         for _ in 0..LANES {
             let stream = gpu.ctx.new_stream()?;
-            lanes.push(Lane { gemm: Gemm::new(&stream)?, stream, done: event()? });
+            lanes.push(Lane {
+                gemm: Gemm::new(&stream)?,
+                stream,
+                done: event()?,
+            });
         }
         let heads = heads_of(cfg);
         let fused = act::Fused::new(gpu, cfg, d, &heads)?;
@@ -278,8 +300,10 @@ impl QNet {
         let p = self.d.params;
         self.check_len("online parameters", online.len(), p)?;
         self.check_len("target parameters", target.len(), p)?;
-        self.stream.memcpy_htod(online, &mut self.params.slice_mut(..p))?;
-        self.stream.memcpy_htod(target, &mut self.params.slice_mut(p..))?;
+        self.stream
+            .memcpy_htod(online, &mut self.params.slice_mut(..p))?;
+        self.stream
+            .memcpy_htod(target, &mut self.params.slice_mut(p..))?;
         self.scatter_head_matrix(NETS)
     }
 
@@ -287,8 +311,13 @@ impl QNet {
     /// (1: online, 2: both) from the flat parameters.
     fn scatter_head_matrix(&mut self, nets: usize) -> Result<()> {
         let count = self.head_matrix_index.len();
-        let (p64, wv2, count32, stride, n32) =
-            (self.d.params as u64, self.off.wv2 as u64, count as u32, ((self.d.hw + 1) * self.d.ow) as u64, nets as u32);
+        let (p64, wv2, count32, stride, n32) = (
+            self.d.params as u64,
+            self.off.wv2 as u64,
+            count as u32,
+            ((self.d.hw + 1) * self.d.ow) as u64,
+            nets as u32,
+        );
         let mut l = self.stream.launch_builder(&self.k.head_matrix_scatter);
         l.arg(&self.params)
             .arg(&p64)
@@ -308,7 +337,10 @@ impl QNet {
     /// `(online, target)` parameters.
     pub fn params(&self) -> Result<(Vec<f32>, Vec<f32>)> {
         let p = self.d.params;
-        Ok((self.stream.clone_dtoh(&self.params.slice(..p))?, self.stream.clone_dtoh(&self.params.slice(p..))?))
+        Ok((
+            self.stream.clone_dtoh(&self.params.slice(..p))?,
+            self.stream.clone_dtoh(&self.params.slice(p..))?,
+        ))
     }
 
     /// The gradient of the last backward (before clipping).
@@ -316,4 +348,3 @@ impl QNet {
         Ok(self.stream.clone_dtoh(&self.grads)?)
     }
 }
-

@@ -52,7 +52,10 @@ impl QNet {
     /// [`QNet::act`].
     pub fn read_acting_outputs(&self, a: &Acting) -> Result<Vec<f32>> {
         if !a.outputs {
-            return Err(Error::Shape("these activations act for Q only (Acting::q_only): make them with QNet::acting".into()));
+            return Err(Error::Shape(
+                "these activations act for Q only (Acting::q_only): make them with QNet::acting"
+                    .into(),
+            ));
         }
         Ok(self.stream.clone_dtoh(&a.y)?)
     }
@@ -60,14 +63,19 @@ impl QNet {
     /// Read one network's forward outputs (`net` 0 online, 1 target).
     pub fn read_forward(&self, net: usize) -> Result<ForwardOut> {
         if net >= NETS {
-            return Err(Error::Shape(format!("network {net}: 0 is the online network, 1 the target")));
+            return Err(Error::Shape(format!(
+                "network {net}: 0 is the online network, 1 the target"
+            )));
         }
         let d = self.d;
         let r = d.rows;
         let s = &self.stream;
         let strip = |buf: &CudaSlice<f32>, width: usize, ld: usize| -> Result<Vec<f32>> {
             let all = s.clone_dtoh(&buf.slice(net * r * ld..(net + 1) * r * ld))?;
-            Ok(all.chunks_exact(ld).flat_map(|row| row[..width].iter().copied()).collect())
+            Ok(all
+                .chunks_exact(ld)
+                .flat_map(|row| row[..width].iter().copied())
+                .collect())
         };
         let c51 = d.na > 1;
         Ok(ForwardOut {
@@ -76,8 +84,16 @@ impl QNet {
             heads_hidden: strip(&self.ah, d.hw, d.hw + 1)?,
             y: strip(&self.y, d.ow, d.ow)?,
             logits: strip(&self.logits, d.lw, d.lw)?,
-            log_probs: if c51 { strip(&self.log_probs, d.lw, d.lw)? } else { Vec::new() },
-            probs: if c51 { strip(&self.probs, d.lw, d.lw)? } else { Vec::new() },
+            log_probs: if c51 {
+                strip(&self.log_probs, d.lw, d.lw)?
+            } else {
+                Vec::new()
+            },
+            probs: if c51 {
+                strip(&self.probs, d.lw, d.lw)?
+            } else {
+                Vec::new()
+            },
             q: strip(&self.q, d.qw, d.qw)?,
         })
     }
@@ -90,7 +106,9 @@ impl QNet {
         let d = self.d;
         let shared = matches!(buffer, Buffer::Input | Buffer::HeadGrad);
         if net >= NETS || (shared && net != 0) {
-            return Err(Error::Shape(format!("load {buffer:?} into network {net}: 0 is online, 1 target; shared buffers take 0")));
+            return Err(Error::Shape(format!(
+                "load {buffer:?} into network {net}: 0 is online, 1 target; shared buffers take 0"
+            )));
         }
         let (buf, width, ones, rows) = match buffer {
             Buffer::Input => (&mut self.x, d.s, true, d.rows),
@@ -118,7 +136,8 @@ impl QNet {
             }
         }
         let at = net * rows * ld;
-        self.stream.memcpy_htod(&rowed, &mut buf.slice_mut(at..at + rows * ld))?;
+        self.stream
+            .memcpy_htod(&rowed, &mut buf.slice_mut(at..at + rows * ld))?;
         Ok(())
     }
 
@@ -140,20 +159,39 @@ impl QNet {
         let (d, all) = (self.d, NETS * self.d.rows);
         // The activations' ones columns are constants of the layout (set at allocation,
         // rewritten by `load`), not outputs: they keep their ones.
-        for (buf, width, rows) in [(&mut self.a1, d.h1, all), (&mut self.a2, d.h2, all), (&mut self.ah, d.hw, all), (&mut self.x, d.s, d.rows)] {
+        for (buf, width, rows) in [
+            (&mut self.a1, d.h1, all),
+            (&mut self.a2, d.h2, all),
+            (&mut self.ah, d.hw, all),
+            (&mut self.x, d.s, d.rows),
+        ] {
             s.memcpy_htod(&with_ones(rows, width, f32::NAN), buf)?;
         }
         for buf in [
-            &mut self.y, &mut self.logits, &mut self.log_probs, &mut self.probs, &mut self.q, &mut self.priorities, &mut self.dy,
-            &mut self.dhh, &mut self.dh2, &mut self.dh1, &mut self.grads,
+            &mut self.y,
+            &mut self.logits,
+            &mut self.log_probs,
+            &mut self.probs,
+            &mut self.q,
+            &mut self.priorities,
+            &mut self.dy,
+            &mut self.dhh,
+            &mut self.dh2,
+            &mut self.dh1,
+            &mut self.grads,
         ] {
             let nan = vec![f32::NAN; buf.len()];
             s.memcpy_htod(&nan, buf)?;
         }
-        s.memcpy_htod(&vec![-1i32; self.next_actions.len()], &mut self.next_actions)?;
-        s.memcpy_htod(&vec![f64::NAN; self.sample_loss.len()], &mut self.sample_loss)?;
+        s.memcpy_htod(
+            &vec![-1i32; self.next_actions.len()],
+            &mut self.next_actions,
+        )?;
+        s.memcpy_htod(
+            &vec![f64::NAN; self.sample_loss.len()],
+            &mut self.sample_loss,
+        )?;
         s.memcpy_htod(&[f64::NAN], &mut self.loss)?;
         Ok(())
     }
 }
-

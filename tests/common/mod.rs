@@ -23,17 +23,22 @@ pub fn assert_all(comparisons: &[Comparison]) {
 
 /// A property runner: PROPTEST_CASES scales the case count; failures persist next to the test.
 pub fn runner(source_file: &'static str) -> TestRunner {
-    TestRunner::new(Config { source_file: Some(source_file), ..Config::default() })
+    TestRunner::new(Config {
+        source_file: Some(source_file),
+        ..Config::default()
+    })
 }
 
 /// Replay cases: batch 1..=1100 (past one block), capacity 4B + 0..3000, width 1..=40.
 pub fn replay_cases() -> impl Strategy<Value = ReplayCase> {
-    (1usize..=1100, 0usize..3000, 1usize..=40, any::<u64>()).prop_map(|(batch, extra, state_dim, seed)| ReplayCase {
-        capacity: 4 * batch + extra,
-        state_dim,
-        batch,
-        seed,
-    })
+    (1usize..=1100, 0usize..3000, 1usize..=40, any::<u64>()).prop_map(
+        |(batch, extra, state_dim, seed)| ReplayCase {
+            capacity: 4 * batch + extra,
+            state_dim,
+            batch,
+            seed,
+        },
+    )
 }
 
 /// Run `check` on every generated case; a failed comparison fails the property with its text.
@@ -50,4 +55,23 @@ pub fn check_property(
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// One line per comparison: output, length, max abs and rel error, relative norm, verdict.
+pub fn table(comparisons: &[Comparison]) -> String {
+    comparisons
+        .iter()
+        .map(|c| {
+            format!(
+                "{:<40} {:>8}  max_abs {:>10.3e}  max_rel {:>10.3e}  rel_norm {:>10.3e}  {}",
+                c.output,
+                c.len,
+                c.max_abs,
+                c.max_rel,
+                c.rel_norm,
+                if c.passed() { "pass" } else { "FAIL" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -21,9 +21,16 @@ pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
     let mut rows = lines(&text);
     let fix = "give a header line and at least one row of bars";
     let Some((header_line, header)) = rows.next() else {
-        return Err(MarketError::Empty { path: file, what: "the file is empty", fix });
+        return Err(MarketError::Empty {
+            path: file,
+            what: "the file is empty",
+            fix,
+        });
     };
-    let names: Vec<String> = header.split(',').map(|s| s.trim().trim_matches('"').to_ascii_lowercase()).collect();
+    let names: Vec<String> = header
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_ascii_lowercase())
+        .collect();
     let col = |column: &'static str| names.iter().position(|n| n == column);
     let missing = |column, fix| MarketError::MissingColumn {
         file: file.clone(),
@@ -33,8 +40,13 @@ pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
         fix,
     };
     let mut required = [0; 6];
-    for (slot, column) in required.iter_mut().zip(["timestamp", "open", "high", "low", "close", "volume"]) {
-        let fix = "the first line must be a header naming timestamp, open, high, low, close, volume";
+    for (slot, column) in
+        required
+            .iter_mut()
+            .zip(["timestamp", "open", "high", "low", "close", "volume"])
+    {
+        let fix =
+            "the first line must be a header naming timestamp, open, high, low, close, volume";
         *slot = col(column).ok_or_else(|| missing(column, fix))?;
     }
     let [t, o, h, l, c, v] = required;
@@ -44,7 +56,10 @@ pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
         None => Some(quote.map(Option::unwrap)),
         Some(_) if quote.iter().all(Option::is_none) => None,
         Some(i) => {
-            return Err(missing(quote_names[i], "give all four quote columns bid, ask, bid_size, ask_size, or none"))
+            return Err(missing(
+                quote_names[i],
+                "give all four quote columns bid, ask, bid_size, ask_size, or none",
+            ))
         }
     };
 
@@ -61,16 +76,43 @@ pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
         let num = |i: usize, column| number(&file, line, column, f[i]);
         let close = num(c, "close")?;
         let [bid, ask, bid_size, ask_size] = match quote {
-            Some([qb, qa, qbs, qas]) => {
-                [num(qb, "bid")?, num(qa, "ask")?, num(qbs, "bid_size")?, num(qas, "ask_size")?]
-            }
+            Some([qb, qa, qbs, qas]) => [
+                num(qb, "bid")?,
+                num(qa, "ask")?,
+                num(qbs, "bid_size")?,
+                num(qas, "ask_size")?,
+            ],
             None => [close - CSV_TICK / 2.0, close + CSV_TICK / 2.0, 1.0, 1.0],
         };
-        let (open, high, low, volume) = (num(o, "open")?, num(h, "high")?, num(l, "low")?, num(v, "volume")?);
-        b.push(&file, line, Row { time, open, high, low, close, volume, bid, ask, bid_size, ask_size })?;
+        let (open, high, low, volume) = (
+            num(o, "open")?,
+            num(h, "high")?,
+            num(l, "low")?,
+            num(v, "volume")?,
+        );
+        b.push(
+            &file,
+            line,
+            Row {
+                time,
+                open,
+                high,
+                low,
+                close,
+                volume,
+                bid,
+                ask,
+                bid_size,
+                ask_size,
+            },
+        )?;
     }
     if b.bars.is_empty() {
-        return Err(MarketError::Empty { path: file, what: "no rows after the header", fix });
+        return Err(MarketError::Empty {
+            path: file,
+            what: "no rows after the header",
+            fix,
+        });
     }
     Ok(b.bars)
 }
@@ -88,5 +130,8 @@ pub fn write_csv(bars: &Bars, path: &Path) -> Result<(), MarketError> {
     }
     fs::File::create(path)
         .and_then(|mut f| f.write_all(out.as_bytes()))
-        .map_err(|err| MarketError::Write { path: path.display().to_string(), err })
+        .map_err(|err| MarketError::Write {
+            path: path.display().to_string(),
+            err,
+        })
 }

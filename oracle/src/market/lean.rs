@@ -5,7 +5,10 @@ use std::io::Read;
 use std::path::Path;
 
 use super::time::{civil_date, parse_date};
-use super::{check_price, check_quantity, check_time, fields, lines, number, Bars, Builder, MarketError, Row, MS_PER_DAY};
+use super::{
+    check_price, check_quantity, check_time, fields, lines, number, Bars, Builder, MarketError,
+    Row, MS_PER_DAY,
+};
 
 /// Loads a folder of QuantConnect LEAN minute zips (e.g. the AlgoSeek ES data in
 /// `shared/data/lean-es-minute-2013-10`, Apache-2.0, via QuantConnect/Lean).
@@ -32,14 +35,28 @@ use super::{check_price, check_quantity, check_time, fields, lines, number, Bars
 /// - time_ms = days_from_civil(YYYY, MM, DD) * 86_400_000 + ms (naive exchange-local
 ///   time); days are concatenated in date order and time must increase throughout.
 pub fn load_lean(dir: &Path) -> Result<Bars, MarketError> {
-    let entries = fs::read_dir(dir).map_err(|err| MarketError::Read { path: dir.display().to_string(), err })?;
+    let entries = fs::read_dir(dir).map_err(|err| MarketError::Read {
+        path: dir.display().to_string(),
+        err,
+    })?;
     let mut days = Vec::new();
     for entry in entries {
-        let path = entry.map_err(|err| MarketError::Read { path: dir.display().to_string(), err })?.path();
-        let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix("_trade.zip")) else {
+        let path = entry
+            .map_err(|err| MarketError::Read {
+                path: dir.display().to_string(),
+                err,
+            })?
+            .path();
+        let Some(stem) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix("_trade.zip"))
+        else {
             continue;
         };
-        let day = parse_date(stem).ok_or_else(|| MarketError::BadFileName { path: path.display().to_string() })?;
+        let day = parse_date(stem).ok_or_else(|| MarketError::BadFileName {
+            path: path.display().to_string(),
+        })?;
         days.push((day, path));
     }
     days.sort();
@@ -48,17 +65,31 @@ pub fn load_lean(dir: &Path) -> Result<Bars, MarketError> {
         lean_day(&mut b, *day, trade_zip)?;
     }
     if b.bars.is_empty() {
-        let what = if days.is_empty() { "no YYYYMMDD_trade.zip files" } else { "no trade bar has a quote" };
+        let what = if days.is_empty() {
+            "no YYYYMMDD_trade.zip files"
+        } else {
+            "no trade bar has a quote"
+        };
         let fix = "point at a folder of LEAN YYYYMMDD_trade.zip and YYYYMMDD_quote.zip pairs, or at a .csv file";
-        return Err(MarketError::Empty { path: dir.display().to_string(), what, fix });
+        return Err(MarketError::Empty {
+            path: dir.display().to_string(),
+            what,
+            fix,
+        });
     }
     Ok(b.bars)
 }
 
 /// The CSV entries of a zip as (entry name, text), in archive order.
 fn read_zip(path: &Path) -> Result<Vec<(String, String)>, MarketError> {
-    let zip_err = |err| MarketError::Zip { path: path.display().to_string(), err };
-    let file = fs::File::open(path).map_err(|err| MarketError::Read { path: path.display().to_string(), err })?;
+    let zip_err = |err| MarketError::Zip {
+        path: path.display().to_string(),
+        err,
+    };
+    let file = fs::File::open(path).map_err(|err| MarketError::Read {
+        path: path.display().to_string(),
+        err,
+    })?;
     let mut zip = zip::ZipArchive::new(file).map_err(zip_err)?;
     let mut out = Vec::new();
     for i in 0..zip.len() {
@@ -69,7 +100,10 @@ fn read_zip(path: &Path) -> Result<Vec<(String, String)>, MarketError> {
         let mut text = String::new();
         entry
             .read_to_string(&mut text)
-            .map_err(|err| MarketError::Read { path: format!("{}/{}", path.display(), entry.name()), err })?;
+            .map_err(|err| MarketError::Read {
+                path: format!("{}/{}", path.display(), entry.name()),
+                err,
+            })?;
         out.push((entry.name().to_string(), text));
     }
     Ok(out)
@@ -79,12 +113,23 @@ fn read_zip(path: &Path) -> Result<Vec<(String, String)>, MarketError> {
 type Side = Option<(f64, f64)>;
 
 /// The side whose (close, size) fields start at `col`, named `names`; `None` if its close is empty.
-fn lean_side(file: &str, line: usize, f: &[&str], col: usize, names: [&'static str; 2]) -> Result<Side, MarketError> {
+fn lean_side(
+    file: &str,
+    line: usize,
+    f: &[&str],
+    col: usize,
+    names: [&'static str; 2],
+) -> Result<Side, MarketError> {
     if f[col].is_empty() {
         return Ok(None);
     }
     let price = check_price(file, line, names[0], number(file, line, names[0], f[col])?)?;
-    let size = check_quantity(file, line, names[1], number(file, line, names[1], f[col + 1])?)?;
+    let size = check_quantity(
+        file,
+        line,
+        names[1],
+        number(file, line, names[1], f[col + 1])?,
+    )?;
     Ok(Some((price, size)))
 }
 
@@ -108,18 +153,28 @@ fn lean_day(b: &mut Builder, day: i64, trade_zip: &Path) -> Result<(), MarketErr
         .max_by_key(|(n, t)| (lines(t).count(), std::cmp::Reverse(n.as_str())))
     else {
         let fix = "replace it with a LEAN trade zip holding one CSV per contract month";
-        return Err(MarketError::Empty { path: trade_zip.display().to_string(), what: "no trade CSV", fix });
+        return Err(MarketError::Empty {
+            path: trade_zip.display().to_string(),
+            what: "no trade CSV",
+            fix,
+        });
     };
     let tfile = format!("{}/{name}", trade_zip.display());
     let quote_zip = trade_zip.with_file_name(format!("{}_quote.zip", civil_date(day)));
     let quote_name = name.replace("_trade_", "_quote_");
     let qfile = format!("{}/{quote_name}", quote_zip.display());
-    let missing = || MarketError::MissingQuote { trade: tfile.clone(), expected: qfile.clone() };
+    let missing = || MarketError::MissingQuote {
+        trade: tfile.clone(),
+        expected: qfile.clone(),
+    };
     if !quote_zip.exists() {
         return Err(missing());
     }
     let quotes = read_zip(&quote_zip)?;
-    let (_, qtext) = quotes.iter().find(|(n, _)| *n == quote_name).ok_or_else(missing)?;
+    let (_, qtext) = quotes
+        .iter()
+        .find(|(n, _)| *n == quote_name)
+        .ok_or_else(missing)?;
 
     // Quote snapshots (time, bid, ask) after carrying each side forward, uncrossed only.
     let (mut bid, mut ask): (Side, Side) = (None, None);
@@ -128,7 +183,12 @@ fn lean_day(b: &mut Builder, day: i64, trade_zip: &Path) -> Result<(), MarketErr
     for (line, row) in lines(qtext) {
         let f = fields(&qfile, line, row, 11)?;
         let time = lean_time(&qfile, line, day, f[0])?;
-        check_time(&qfile, line, time, prev.map(|(t, l)| (t, qfile.as_str(), l)))?;
+        check_time(
+            &qfile,
+            line,
+            time,
+            prev.map(|(t, l)| (t, qfile.as_str(), l)),
+        )?;
         prev = Some((time, line));
         bid = lean_side(&qfile, line, &f, 4, ["bid_close", "last_bid_size"])?.or(bid);
         ask = lean_side(&qfile, line, &f, 9, ["ask_close", "last_ask_size"])?.or(ask);
@@ -144,15 +204,37 @@ fn lean_day(b: &mut Builder, day: i64, trade_zip: &Path) -> Result<(), MarketErr
         let f = fields(&tfile, line, row, 6)?;
         let time = lean_time(&tfile, line, day, f[0])?;
         let num = |i: usize, column| number(&tfile, line, column, f[i]);
-        let (open, high, low, close, volume) =
-            (num(1, "open")?, num(2, "high")?, num(3, "low")?, num(4, "close")?, num(5, "volume")?);
+        let (open, high, low, close, volume) = (
+            num(1, "open")?,
+            num(2, "high")?,
+            num(3, "low")?,
+            num(4, "close")?,
+            num(5, "volume")?,
+        );
         while next < snapshots.len() && snapshots[next].0 <= time {
             next += 1;
         }
-        let Some(&(_, (bid, bid_size), (ask, ask_size))) = next.checked_sub(1).map(|i| &snapshots[i]) else {
+        let Some(&(_, (bid, bid_size), (ask, ask_size))) =
+            next.checked_sub(1).map(|i| &snapshots[i])
+        else {
             continue;
         };
-        b.push(&tfile, line, Row { time, open, high, low, close, volume, bid, ask, bid_size, ask_size })?;
+        b.push(
+            &tfile,
+            line,
+            Row {
+                time,
+                open,
+                high,
+                low,
+                close,
+                volume,
+                bid,
+                ask,
+                bid_size,
+                ask_size,
+            },
+        )?;
     }
     Ok(())
 }

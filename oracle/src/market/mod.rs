@@ -75,7 +75,14 @@ impl fmt::Display for EpochMs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (y, m, d) = civil_from_days(self.0.div_euclid(MS_PER_DAY));
         let s = self.0.rem_euclid(MS_PER_DAY) / 1000;
-        write!(f, "{} ({y:04}-{m:02}-{d:02} {:02}:{:02}:{:02})", self.0, s / 3600, s / 60 % 60, s % 60)
+        write!(
+            f,
+            "{} ({y:04}-{m:02}-{d:02} {:02}:{:02}:{:02})",
+            self.0,
+            s / 3600,
+            s / 60 % 60,
+            s % 60
+        )
     }
 }
 
@@ -86,11 +93,18 @@ pub enum MarketError {
     #[error("cannot write {path}: {err}: check that its folder exists and is writable")]
     Write { path: String, err: std::io::Error },
     #[error("{path} is not a readable zip archive ({err}): replace it with an intact copy")]
-    Zip { path: String, err: zip::result::ZipError },
+    Zip {
+        path: String,
+        err: zip::result::ZipError,
+    },
     #[error("{path} is neither a folder of LEAN zips nor a .csv file: pass one of those")]
     UnknownFormat { path: String },
     #[error("{path} has no bars ({what}): {fix}")]
-    Empty { path: String, what: &'static str, fix: &'static str },
+    Empty {
+        path: String,
+        what: &'static str,
+        fix: &'static str,
+    },
     #[error(
         "{path}: the name is not YYYYMMDD_trade.zip with a valid date: rename the file or move it out of the folder"
     )]
@@ -100,31 +114,100 @@ pub enum MarketError {
     )]
     MissingQuote { trade: String, expected: String },
     #[error("{file}:{line}: the header `{header}` has no column `{column}`: {fix}")]
-    MissingColumn { file: String, line: usize, column: &'static str, header: String, fix: &'static str },
+    MissingColumn {
+        file: String,
+        line: usize,
+        column: &'static str,
+        header: String,
+        fix: &'static str,
+    },
     #[error("{file}:{line}: expected {expected} fields, found {found} in `{row}`: fix or delete the row")]
-    FieldCount { file: String, line: usize, expected: usize, found: usize, row: String },
+    FieldCount {
+        file: String,
+        line: usize,
+        expected: usize,
+        found: usize,
+        row: String,
+    },
     #[error("{file}:{line}: {column} `{field}` is not {expected}: fix or delete the row")]
-    BadNumber { file: String, line: usize, column: &'static str, field: String, expected: &'static str },
-    #[error("{file}:{line}: {column} {value} is not a finite positive price: fix or delete the row")]
-    BadPrice { file: String, line: usize, column: &'static str, value: f64 },
-    #[error("{file}:{line}: high {high} is below low {low}: fix the row (are the columns swapped?)")]
-    HighBelowLow { file: String, line: usize, high: f64, low: f64 },
+    BadNumber {
+        file: String,
+        line: usize,
+        column: &'static str,
+        field: String,
+        expected: &'static str,
+    },
+    #[error(
+        "{file}:{line}: {column} {value} is not a finite positive price: fix or delete the row"
+    )]
+    BadPrice {
+        file: String,
+        line: usize,
+        column: &'static str,
+        value: f64,
+    },
+    #[error(
+        "{file}:{line}: high {high} is below low {low}: fix the row (are the columns swapped?)"
+    )]
+    HighBelowLow {
+        file: String,
+        line: usize,
+        high: f64,
+        low: f64,
+    },
     #[error("{file}:{line}: {column} {value} is outside [low {low}, high {high}]: fix the row so that low <= open, close <= high")]
-    OutsideRange { file: String, line: usize, column: &'static str, value: f64, low: f64, high: f64 },
+    OutsideRange {
+        file: String,
+        line: usize,
+        column: &'static str,
+        value: f64,
+        low: f64,
+        high: f64,
+    },
     #[error("{file}:{line}: {column} {value} is negative or not finite: volumes and sizes must be finite and >= 0")]
-    BadQuantity { file: String, line: usize, column: &'static str, value: f64 },
+    BadQuantity {
+        file: String,
+        line: usize,
+        column: &'static str,
+        value: f64,
+    },
     #[error(
         "{file}:{line}: bid {bid} is above ask {ask} (crossed quote): fix the row or swap the bid and ask columns"
     )]
-    CrossedQuote { file: String, line: usize, bid: f64, ask: f64 },
+    CrossedQuote {
+        file: String,
+        line: usize,
+        bid: f64,
+        ask: f64,
+    },
     #[error("{file}:{line}: time {time} is not after time {prev_time} at {prev_at}: sort the rows by time and drop duplicates")]
-    TimeNotIncreasing { file: String, line: usize, time: EpochMs, prev_time: EpochMs, prev_at: String },
+    TimeNotIncreasing {
+        file: String,
+        line: usize,
+        time: EpochMs,
+        prev_time: EpochMs,
+        prev_at: String,
+    },
     #[error("{origin}: {field} has {len} entries but time_ms has {expected}: give every column one entry per bar")]
-    LengthMismatch { origin: String, field: &'static str, len: usize, expected: usize },
+    LengthMismatch {
+        origin: String,
+        field: &'static str,
+        len: usize,
+        expected: usize,
+    },
     #[error("{name} = {value} is invalid: {fix}")]
-    BadConfig { name: &'static str, value: String, fix: &'static str },
+    BadConfig {
+        name: &'static str,
+        value: String,
+        fix: &'static str,
+    },
     #[error("{bars} bars leave {train} training and {test} test bars after the {warmup}-bar warm-up: at least 2 training bars and 1 test bar are needed; load more bars or move train_fraction toward 0.5")]
-    TooFewBars { bars: usize, warmup: usize, train: usize, test: usize },
+    TooFewBars {
+        bars: usize,
+        warmup: usize,
+        train: usize,
+        test: usize,
+    },
 }
 
 impl Bars {
@@ -154,12 +237,22 @@ impl Bars {
         ];
         for (field, len) in columns {
             if len != n {
-                return Err(MarketError::LengthMismatch { origin: origin.into(), field, len, expected: n });
+                return Err(MarketError::LengthMismatch {
+                    origin: origin.into(),
+                    field,
+                    len,
+                    expected: n,
+                });
             }
         }
         for i in 0..n {
             check_row(origin, i + 1, &self.row(i))?;
-            check_time(origin, i + 1, self.time_ms[i], (i > 0).then(|| (self.time_ms[i - 1], origin, i)))?;
+            check_time(
+                origin,
+                i + 1,
+                self.time_ms[i],
+                (i > 0).then(|| (self.time_ms[i - 1], origin, i)),
+            )?;
         }
         Ok(())
     }
@@ -196,54 +289,108 @@ impl Bars {
 /// Per-row checks: prices finite and > 0, low <= open, close <= high, volume and sizes
 /// finite and >= 0, bid <= ask (a locked quote, bid = ask, is allowed).
 fn check_row(file: &str, line: usize, r: &Row) -> Result<(), MarketError> {
-    let prices =
-        [("open", r.open), ("high", r.high), ("low", r.low), ("close", r.close), ("bid", r.bid), ("ask", r.ask)];
+    let prices = [
+        ("open", r.open),
+        ("high", r.high),
+        ("low", r.low),
+        ("close", r.close),
+        ("bid", r.bid),
+        ("ask", r.ask),
+    ];
     for (column, value) in prices {
         check_price(file, line, column, value)?;
     }
     if r.high < r.low {
-        return Err(MarketError::HighBelowLow { file: file.into(), line, high: r.high, low: r.low });
+        return Err(MarketError::HighBelowLow {
+            file: file.into(),
+            line,
+            high: r.high,
+            low: r.low,
+        });
     }
     for (column, value) in [("open", r.open), ("close", r.close)] {
         if !(r.low..=r.high).contains(&value) {
-            return Err(MarketError::OutsideRange { file: file.into(), line, column, value, low: r.low, high: r.high });
+            return Err(MarketError::OutsideRange {
+                file: file.into(),
+                line,
+                column,
+                value,
+                low: r.low,
+                high: r.high,
+            });
         }
     }
-    for (column, value) in [("volume", r.volume), ("bid_size", r.bid_size), ("ask_size", r.ask_size)] {
+    for (column, value) in [
+        ("volume", r.volume),
+        ("bid_size", r.bid_size),
+        ("ask_size", r.ask_size),
+    ] {
         check_quantity(file, line, column, value)?;
     }
     if r.bid > r.ask {
-        return Err(MarketError::CrossedQuote { file: file.into(), line, bid: r.bid, ask: r.ask });
+        return Err(MarketError::CrossedQuote {
+            file: file.into(),
+            line,
+            bid: r.bid,
+            ask: r.ask,
+        });
     }
     Ok(())
 }
 
-fn check_price(file: &str, line: usize, column: &'static str, value: f64) -> Result<f64, MarketError> {
+fn check_price(
+    file: &str,
+    line: usize,
+    column: &'static str,
+    value: f64,
+) -> Result<f64, MarketError> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {
-        Err(MarketError::BadPrice { file: file.into(), line, column, value })
+        Err(MarketError::BadPrice {
+            file: file.into(),
+            line,
+            column,
+            value,
+        })
     }
 }
 
-fn check_quantity(file: &str, line: usize, column: &'static str, value: f64) -> Result<f64, MarketError> {
+fn check_quantity(
+    file: &str,
+    line: usize,
+    column: &'static str,
+    value: f64,
+) -> Result<f64, MarketError> {
     if value.is_finite() && value >= 0.0 {
         Ok(value)
     } else {
-        Err(MarketError::BadQuantity { file: file.into(), line, column, value })
+        Err(MarketError::BadQuantity {
+            file: file.into(),
+            line,
+            column,
+            value,
+        })
     }
 }
 
 /// `time` must be after the previous row's, given as (time, file, line).
-fn check_time(file: &str, line: usize, time: i64, prev: Option<(i64, &str, usize)>) -> Result<(), MarketError> {
+fn check_time(
+    file: &str,
+    line: usize,
+    time: i64,
+    prev: Option<(i64, &str, usize)>,
+) -> Result<(), MarketError> {
     match prev {
-        Some((prev_time, prev_file, prev_line)) if time <= prev_time => Err(MarketError::TimeNotIncreasing {
-            file: file.into(),
-            line,
-            time: EpochMs(time),
-            prev_time: EpochMs(prev_time),
-            prev_at: format!("{prev_file}:{prev_line}"),
-        }),
+        Some((prev_time, prev_file, prev_line)) if time <= prev_time => {
+            Err(MarketError::TimeNotIncreasing {
+                file: file.into(),
+                line,
+                time: EpochMs(time),
+                prev_time: EpochMs(prev_time),
+                prev_at: format!("{prev_file}:{prev_line}"),
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -259,7 +406,12 @@ struct Builder {
 impl Builder {
     fn push(&mut self, file: &str, line: usize, r: Row) -> Result<(), MarketError> {
         check_row(file, line, &r)?;
-        check_time(file, line, r.time, self.prev.map(|(t, l)| (t, self.prev_file.as_str(), l)))?;
+        check_time(
+            file,
+            line,
+            r.time,
+            self.prev.map(|(t, l)| (t, self.prev_file.as_str(), l)),
+        )?;
         if self.prev_file != file {
             self.prev_file = file.to_string();
         }
@@ -273,16 +425,32 @@ impl Builder {
 fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines()
         .enumerate()
-        .map(|(i, l)| (i + 1, l.trim_start_matches('\u{feff}').trim_end_matches('\r')))
+        .map(|(i, l)| {
+            (
+                i + 1,
+                l.trim_start_matches('\u{feff}').trim_end_matches('\r'),
+            )
+        })
         .filter(|(_, l)| !l.trim().is_empty())
 }
 
-fn fields<'a>(file: &str, line: usize, row: &'a str, expected: usize) -> Result<Vec<&'a str>, MarketError> {
+fn fields<'a>(
+    file: &str,
+    line: usize,
+    row: &'a str,
+    expected: usize,
+) -> Result<Vec<&'a str>, MarketError> {
     let f: Vec<&str> = row.split(',').map(str::trim).collect();
     if f.len() == expected {
         Ok(f)
     } else {
-        Err(MarketError::FieldCount { file: file.into(), line, expected, found: f.len(), row: row.into() })
+        Err(MarketError::FieldCount {
+            file: file.into(),
+            line,
+            expected,
+            found: f.len(),
+            row: row.into(),
+        })
     }
 }
 
@@ -297,17 +465,28 @@ fn number(file: &str, line: usize, column: &'static str, field: &str) -> Result<
 }
 
 fn read(path: &Path) -> Result<String, MarketError> {
-    fs::read_to_string(path).map_err(|err| MarketError::Read { path: path.display().to_string(), err })
+    fs::read_to_string(path).map_err(|err| MarketError::Read {
+        path: path.display().to_string(),
+        err,
+    })
 }
 
 /// A folder of LEAN zips, or a .csv file.
 pub fn load(path: &Path) -> Result<Bars, MarketError> {
-    let meta = fs::metadata(path).map_err(|err| MarketError::Read { path: path.display().to_string(), err })?;
+    let meta = fs::metadata(path).map_err(|err| MarketError::Read {
+        path: path.display().to_string(),
+        err,
+    })?;
     if meta.is_dir() {
         load_lean(path)
-    } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
+    } else if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+    {
         load_csv(path)
     } else {
-        Err(MarketError::UnknownFormat { path: path.display().to_string() })
+        Err(MarketError::UnknownFormat {
+            path: path.display().to_string(),
+        })
     }
 }

@@ -56,21 +56,85 @@ impl SyntheticConfig {
     pub fn validate(&self) -> Result<(), MarketError> {
         let persistence = self.garch_alpha + self.garch_beta;
         let checks = [
-            (self.bars >= 1, "bars", self.bars as f64, "generate at least 1 bar"),
-            (self.tick > 0.0 && self.tick.is_finite(), "tick", self.tick, "use a positive tick such as 0.25"),
-            (self.start_price.is_finite(), "start_price", self.start_price, "use a finite price such as 1680"),
-            (self.start_price >= 100.0 * self.tick, "start_price", self.start_price, "use at least 100 ticks"),
-            (self.sigma > 0.0 && self.sigma <= 0.01, "sigma", self.sigma, "use a value in (0, 0.01], e.g. 2.4e-4"),
-            ((0.0..1.0).contains(&self.garch_alpha), "garch_alpha", self.garch_alpha, "use [0, 1), e.g. 0.08"),
-            ((0.0..1.0).contains(&self.garch_beta), "garch_beta", self.garch_beta, "use [0, 1), e.g. 0.9"),
-            (persistence < 1.0, "garch_alpha + garch_beta", persistence, "keep it below 1 (stationary variance)"),
-            (self.session_minutes >= 2, "session_minutes", self.session_minutes as f64, "use at least 2, e.g. 1380"),
-            ((0.0..=0.5).contains(&self.gap_prob), "gap_prob", self.gap_prob, "use [0, 0.5], e.g. 0.02"),
-            (self.imbalance_signal.is_finite(), "imbalance_signal", self.imbalance_signal, "use a finite value"),
-            (self.imbalance_signal >= 0.0, "imbalance_signal", self.imbalance_signal, "use >= 0, e.g. 0.06"),
+            (
+                self.bars >= 1,
+                "bars",
+                self.bars as f64,
+                "generate at least 1 bar",
+            ),
+            (
+                self.tick > 0.0 && self.tick.is_finite(),
+                "tick",
+                self.tick,
+                "use a positive tick such as 0.25",
+            ),
+            (
+                self.start_price.is_finite(),
+                "start_price",
+                self.start_price,
+                "use a finite price such as 1680",
+            ),
+            (
+                self.start_price >= 100.0 * self.tick,
+                "start_price",
+                self.start_price,
+                "use at least 100 ticks",
+            ),
+            (
+                self.sigma > 0.0 && self.sigma <= 0.01,
+                "sigma",
+                self.sigma,
+                "use a value in (0, 0.01], e.g. 2.4e-4",
+            ),
+            (
+                (0.0..1.0).contains(&self.garch_alpha),
+                "garch_alpha",
+                self.garch_alpha,
+                "use [0, 1), e.g. 0.08",
+            ),
+            (
+                (0.0..1.0).contains(&self.garch_beta),
+                "garch_beta",
+                self.garch_beta,
+                "use [0, 1), e.g. 0.9",
+            ),
+            (
+                persistence < 1.0,
+                "garch_alpha + garch_beta",
+                persistence,
+                "keep it below 1 (stationary variance)",
+            ),
+            (
+                self.session_minutes >= 2,
+                "session_minutes",
+                self.session_minutes as f64,
+                "use at least 2, e.g. 1380",
+            ),
+            (
+                (0.0..=0.5).contains(&self.gap_prob),
+                "gap_prob",
+                self.gap_prob,
+                "use [0, 0.5], e.g. 0.02",
+            ),
+            (
+                self.imbalance_signal.is_finite(),
+                "imbalance_signal",
+                self.imbalance_signal,
+                "use a finite value",
+            ),
+            (
+                self.imbalance_signal >= 0.0,
+                "imbalance_signal",
+                self.imbalance_signal,
+                "use >= 0, e.g. 0.06",
+            ),
         ];
         match checks.into_iter().find(|c| !c.0) {
-            Some((_, name, value, fix)) => Err(MarketError::BadConfig { name, value: value.to_string(), fix }),
+            Some((_, name, value, fix)) => Err(MarketError::BadConfig {
+                name,
+                value: value.to_string(),
+                fix,
+            }),
             None => Ok(()),
         }
     }
@@ -145,10 +209,15 @@ pub fn synthetic(cfg: &SyntheticConfig) -> Result<Bars, MarketError> {
         r_prev = x - x0;
         let close = on_grid(x);
         let spread = tick * (1.0 + (0.3 * s / sigma * -(1.0 - rng.gen::<f64>()).ln()).floor());
-        let (bid, ask) =
-            if z[SUBSTEPS - 1] > 0.0 { ((close - spread).max(tick), close) } else { (close, close + spread) };
+        let (bid, ask) = if z[SUBSTEPS - 1] > 0.0 {
+            ((close - spread).max(tick), close)
+        } else {
+            (close, close + spread)
+        };
         let u = 2.0 * m as f64 / (session - 1) as f64 - 1.0;
-        let volume = (200.0 * (0.5 + 1.5 * u * u) * s / sigma * (normal(&mut rng) - 0.5).exp()).round().max(1.0);
+        let volume = (200.0 * (0.5 + 1.5 * u * u) * s / sigma * (normal(&mut rng) - 0.5).exp())
+            .round()
+            .max(1.0);
         let depth = 150.0 * (0.6 * normal(&mut rng) - 0.18).exp();
         let next_z = next_shocks.iter().sum::<f64>() / (SUBSTEPS as f64).sqrt();
         let imbalance = (cfg.imbalance_signal * next_z + 0.6 * normal(&mut rng)).tanh();

@@ -40,24 +40,36 @@ fn digits(s: &str, len: usize, lo: i64, hi: i64) -> Option<i64> {
 
 /// Days since the epoch of a valid date given as (YYYY, MM, DD) strings.
 fn date_days(y: &str, m: &str, d: &str) -> Option<i64> {
-    let (y, m, d) = (digits(y, 4, 0, 9999)?, digits(m, 2, 1, 12)?, digits(d, 2, 1, 31)?);
+    let (y, m, d) = (
+        digits(y, 4, 0, 9999)?,
+        digits(m, 2, 1, 12)?,
+        digits(d, 2, 1, 31)?,
+    );
     let days = days_from_civil(y, m, d);
     (civil_from_days(days) == (y, m, d)).then_some(days)
 }
 
 /// `YYYYMMDD` -> days since the epoch.
 pub(super) fn parse_date(s: &str) -> Option<i64> {
-    (s.len() == 8 && s.is_ascii()).then(|| date_days(&s[..4], &s[4..6], &s[6..])).flatten()
+    (s.len() == 8 && s.is_ascii())
+        .then(|| date_days(&s[..4], &s[4..6], &s[6..]))
+        .flatten()
 }
 
 /// A CSV timestamp in epoch ms; see [`load_csv`](super::load_csv) for the accepted forms.
 pub(super) fn parse_time(s: &str) -> Option<i64> {
     if let Ok(v) = s.parse::<i64>() {
-        return Some(if v.abs() < EPOCH_SECONDS_BELOW { v * 1000 } else { v });
+        return Some(if v.abs() < EPOCH_SECONDS_BELOW {
+            v * 1000
+        } else {
+            v
+        });
     }
     let s = s.strip_suffix('Z').unwrap_or(s);
     let (date, clock) = s.split_once([' ', 'T'])?;
-    let [y, mo, d] = date.split('-').collect::<Vec<_>>()[..] else { return None };
+    let [y, mo, d] = date.split('-').collect::<Vec<_>>()[..] else {
+        return None;
+    };
     let hms: Vec<&str> = clock.split(':').collect();
     let (h, mi, sec) = match hms[..] {
         [h, mi] => (h, mi, "00"),

@@ -18,9 +18,17 @@ fn linear_backward<P: Copy + Into<f64>>(
     let (n_in, n_out) = (layer.fan_in(), layer.fan_out());
     let w = &params[layer.weight.range()];
     let mut dx = vec![0.0; x.len()];
-    for ((xr, dyr), dxr) in x.chunks_exact(n_in).zip(dy.chunks_exact(n_out)).zip(dx.chunks_exact_mut(n_in)) {
+    for ((xr, dyr), dxr) in x
+        .chunks_exact(n_in)
+        .zip(dy.chunks_exact(n_out))
+        .zip(dx.chunks_exact_mut(n_in))
+    {
         let gw = &mut grads[layer.weight.range()];
-        for ((&xi, gwi), (dxi, wi)) in xr.iter().zip(gw.chunks_exact_mut(n_out)).zip(dxr.iter_mut().zip(w.chunks_exact(n_out))) {
+        for ((&xi, gwi), (dxi, wi)) in xr
+            .iter()
+            .zip(gw.chunks_exact_mut(n_out))
+            .zip(dxr.iter_mut().zip(w.chunks_exact(n_out)))
+        {
             for ((g, &d), &wio) in gwi.iter_mut().zip(dyr).zip(wi) {
                 *g += xi * d;
                 *dxi += d * wio.into();
@@ -71,7 +79,12 @@ pub fn head_grad(cfg: &QNetConfig, dlogits: &[Vec<f64>], b: usize) -> Vec<f64> {
 /// [`layout`](super::layout::layout) order, by the chain rule from `loss.dlogits`: [`head_grad`], then
 /// [`backward_from_head_grad`]. `fwd_s` is the online forward of s that the loss used, with
 /// the same `params`.
-pub fn backward<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], fwd_s: &Forward, loss: &Loss) -> Vec<f64> {
+pub fn backward<P: Copy + Into<f64>>(
+    cfg: &QNetConfig,
+    params: &[P],
+    fwd_s: &Forward,
+    loss: &Loss,
+) -> Vec<f64> {
     let dy = head_grad(cfg, &loss.dlogits, fwd_s.batch);
     backward_from_head_grad(cfg, params, fwd_s, &dy)
 }
@@ -79,9 +92,19 @@ pub fn backward<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], fwd_s: &For
 /// The backward from the head-output gradient `dy` (B x [`output_width`]) through each head's
 /// output layer, the heads' hidden layer (one matrix, so dh2 is one product) and the trunk.
 /// Reads `states`, `h1`, `h2` and `heads_hidden` of `fwd_s` (the ReLU masks come from them).
-pub fn backward_from_head_grad<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], fwd_s: &Forward, dy: &[f64]) -> Vec<f64> {
+pub fn backward_from_head_grad<P: Copy + Into<f64>>(
+    cfg: &QNetConfig,
+    params: &[P],
+    fwd_s: &Forward,
+    dy: &[f64],
+) -> Vec<f64> {
     let n = net(cfg);
-    let (b, width, hw, offsets) = (fwd_s.batch, output_width(cfg), hidden_width(cfg), output_offsets(cfg));
+    let (b, width, hw, offsets) = (
+        fwd_s.batch,
+        output_width(cfg),
+        hidden_width(cfg),
+        output_offsets(cfg),
+    );
     let mut grads = vec![0.0; param_count(cfg)];
     let mut dhh = vec![0.0; b * hw];
     let mut scatter = |cols: &[f64], col: usize, w: usize| {
@@ -90,7 +113,13 @@ pub fn backward_from_head_grad<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[
         }
     };
     let dv = columns(dy, width, 0, cfg.atoms);
-    let dvh = linear_backward(params, &n.value_out, &fwd_s.value_hidden(cfg), &dv, &mut grads);
+    let dvh = linear_backward(
+        params,
+        &n.value_out,
+        &fwd_s.value_hidden(cfg),
+        &dv,
+        &mut grads,
+    );
     scatter(&dvh, 0, cfg.value_hidden);
     for (k, l) in n.adv_out.iter().enumerate() {
         let da = columns(dy, width, offsets[k + 1], l.fan_out());

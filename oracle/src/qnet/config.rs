@@ -88,7 +88,10 @@ impl QNetConfig {
             ("adv_hidden", self.adv_hidden),
             ("atoms", self.atoms),
             ("n_step", self.n_step as usize),
-            ("the number of action branches (branches.len())", self.branches.len()),
+            (
+                "the number of action branches (branches.len())",
+                self.branches.len(),
+            ),
         ];
         for (name, v) in sizes {
             if v == 0 {
@@ -96,10 +99,18 @@ impl QNetConfig {
             }
         }
         if self.branches.contains(&0) {
-            return Err(ConfigError::Zero { name: "an action count in branches" });
+            return Err(ConfigError::Zero {
+                name: "an action count in branches",
+            });
         }
         if self.atoms > 1 {
-            require(self.v_min.is_finite(), "v_min", self.v_min, "finite values", "give the support a finite lower end such as -10")?;
+            require(
+                self.v_min.is_finite(),
+                "v_min",
+                self.v_min,
+                "finite values",
+                "give the support a finite lower end such as -10",
+            )?;
             require(
                 self.v_max.is_finite() && self.v_max > self.v_min,
                 "v_max",
@@ -111,19 +122,67 @@ impl QNetConfig {
         #[rustfmt::skip]
         require(self.n_step as usize <= MAX_N_STEP, "n_step", self.n_step, "[1, 256]", "use a window of at most 256 steps (n-step returns use a few, e.g. 3)")?;
         let (g, k, lr) = (self.gamma, self.huber_kappa, self.lr);
-        require((0.0..=1.0).contains(&g), "gamma", g, "[0, 1]", "use a discount such as 0.99")?;
-        require(k > 0.0 && k.is_finite(), "huber_kappa", k, "(0, +inf)", "use a threshold such as 1.0")?;
-        require(lr > 0.0 && lr.is_finite(), "lr", lr, "(0, +inf)", "use a learning rate such as 1e-4")?;
+        require(
+            (0.0..=1.0).contains(&g),
+            "gamma",
+            g,
+            "[0, 1]",
+            "use a discount such as 0.99",
+        )?;
+        require(
+            k > 0.0 && k.is_finite(),
+            "huber_kappa",
+            k,
+            "(0, +inf)",
+            "use a threshold such as 1.0",
+        )?;
+        require(
+            lr > 0.0 && lr.is_finite(),
+            "lr",
+            lr,
+            "(0, +inf)",
+            "use a learning rate such as 1e-4",
+        )?;
         let b1 = self.adam_beta1;
-        require((0.0..1.0).contains(&b1), "adam_beta1", b1, "[0, 1)", "use PyTorch's 0.9")?;
+        require(
+            (0.0..1.0).contains(&b1),
+            "adam_beta1",
+            b1,
+            "[0, 1)",
+            "use PyTorch's 0.9",
+        )?;
         let b2 = self.adam_beta2;
-        require((0.0..1.0).contains(&b2), "adam_beta2", b2, "[0, 1)", "use PyTorch's 0.999")?;
+        require(
+            (0.0..1.0).contains(&b2),
+            "adam_beta2",
+            b2,
+            "[0, 1)",
+            "use PyTorch's 0.999",
+        )?;
         let e = self.adam_eps;
-        require(e > 0.0 && e.is_finite(), "adam_eps", e, "(0, +inf)", "use PyTorch's 1e-8")?;
+        require(
+            e > 0.0 && e.is_finite(),
+            "adam_eps",
+            e,
+            "(0, +inf)",
+            "use PyTorch's 1e-8",
+        )?;
         let c = self.grad_clip;
-        require(c > 0.0 && c.is_finite(), "grad_clip", c, "(0, +inf)", "use a max norm such as 10")?;
+        require(
+            c > 0.0 && c.is_finite(),
+            "grad_clip",
+            c,
+            "(0, +inf)",
+            "use a max norm such as 10",
+        )?;
         if let Some(t) = self.polyak_tau {
-            require(t > 0.0 && t <= 1.0, "polyak_tau", t, "(0, 1]", "use a rate such as 0.005, or None for a hard copy")?;
+            require(
+                t > 0.0 && t <= 1.0,
+                "polyak_tau",
+                t,
+                "(0, 1]",
+                "use a rate such as 0.005, or None for a hard copy",
+            )?;
         }
         Ok(())
     }

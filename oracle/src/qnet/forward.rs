@@ -99,7 +99,9 @@ pub fn support(cfg: &QNetConfig) -> Vec<f64> {
 
 /// Columns `[col, col + width)` of a row-major matrix with rows of `ld`.
 pub(super) fn columns(x: &[f64], ld: usize, col: usize, width: usize) -> Vec<f64> {
-    x.chunks_exact(ld).flat_map(|row| row[col..col + width].iter().copied()).collect()
+    x.chunks_exact(ld)
+        .flat_map(|row| row[col..col + width].iter().copied())
+        .collect()
 }
 
 impl Forward {
@@ -110,7 +112,12 @@ impl Forward {
 
     /// Branch k's hidden units `ah_k`: B x ah, columns `[vh + k ah, vh + (k + 1) ah)`.
     pub fn adv_hidden(&self, cfg: &QNetConfig, k: usize) -> Vec<f64> {
-        columns(&self.heads_hidden, hidden_width(cfg), cfg.value_hidden + k * cfg.adv_hidden, cfg.adv_hidden)
+        columns(
+            &self.heads_hidden,
+            hidden_width(cfg),
+            cfg.value_hidden + k * cfg.adv_hidden,
+            cfg.adv_hidden,
+        )
     }
 }
 
@@ -129,7 +136,11 @@ impl Forward {
 /// holds and on f64 parameters (finite differences). Requires `params.len() ==
 /// param_count(cfg)` and `states.len()` a multiple of S ([`check_batch`](super::check_batch) checks a batch).
 pub fn forward<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], states: &[f32]) -> Forward {
-    debug_assert_eq!(params.len(), param_count(cfg), "parameter buffer of the wrong length: callers validate");
+    debug_assert_eq!(
+        params.len(),
+        param_count(cfg),
+        "parameter buffer of the wrong length: callers validate"
+    );
     let b = states.len() / cfg.state_dim;
     let n = net(cfg);
     let x: Vec<f64> = states.iter().map(|&v| f64::from(v)).collect();
@@ -159,7 +170,9 @@ pub fn forward<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], states: &[f3
 pub fn head_outputs<P: Copy + Into<f64>>(cfg: &QNetConfig, params: &[P], f: &mut Forward) {
     let n = net(cfg);
     f.value = linear(params, &n.value_out, &f.value_hidden(cfg), f.batch);
-    f.adv = (0..cfg.num_branches()).map(|k| linear(params, &n.adv_out[k], &f.adv_hidden(cfg, k), f.batch)).collect();
+    f.adv = (0..cfg.num_branches())
+        .map(|k| linear(params, &n.adv_out[k], &f.adv_hidden(cfg, k), f.batch))
+        .collect();
 }
 
 /// `qnet_head`: the dueling combination, softmax and Q of every branch from `value` and
@@ -176,7 +189,10 @@ pub fn head(cfg: &QNetConfig, f: &mut Forward) {
         let (log_probs, probs, q) = if na > 1 {
             let lp = log_softmax(&logits, na);
             let p: Vec<f64> = lp.iter().map(|&v| v.exp()).collect();
-            let q = p.chunks_exact(na).map(|row| row.iter().zip(&z).map(|(pz, zz)| pz * zz).sum()).collect();
+            let q = p
+                .chunks_exact(na)
+                .map(|row| row.iter().zip(&z).map(|(pz, zz)| pz * zz).sum())
+                .collect();
             (lp, p, q)
         } else {
             (Vec::new(), Vec::new(), logits.clone())
@@ -201,7 +217,9 @@ pub fn head_q(cfg: &QNetConfig, yb: &[f64]) -> Vec<f64> {
         h2: Vec::new(),
         heads_hidden: Vec::new(),
         value: columns(yb, width, 0, cfg.atoms),
-        adv: (0..cfg.num_branches()).map(|k| columns(yb, width, offsets[k + 1], offsets[k + 2] - offsets[k + 1])).collect(),
+        adv: (0..cfg.num_branches())
+            .map(|k| columns(yb, width, offsets[k + 1], offsets[k + 2] - offsets[k + 1]))
+            .collect(),
         logits: Vec::new(),
         log_probs: Vec::new(),
         probs: Vec::new(),
@@ -213,7 +231,12 @@ pub fn head_q(cfg: &QNetConfig, yb: &[f64]) -> Vec<f64> {
 
 /// Per-branch tensors (`[k]`: rows x n_k x `per_action`) as rows of all branches, branch k's
 /// after branch k - 1's: the GPU's layout of logits and Q.
-pub fn branch_rows(cfg: &QNetConfig, per_branch: &[Vec<f64>], rows: usize, per_action: usize) -> Vec<f64> {
+pub fn branch_rows(
+    cfg: &QNetConfig,
+    per_branch: &[Vec<f64>],
+    rows: usize,
+    per_action: usize,
+) -> Vec<f64> {
     let mut out = Vec::new();
     for i in 0..rows {
         for (k, &n) in cfg.branches.iter().enumerate() {
@@ -244,15 +267,23 @@ pub fn head_rows(cfg: &QNetConfig, f: &Forward) -> Vec<f64> {
 pub fn head_q_f32(cfg: &QNetConfig, yb: &[f32]) -> Vec<f32> {
     let (na, width, offsets) = (cfg.atoms, output_width(cfg), output_offsets(cfg));
     let (lo, hi) = (cfg.v_min, cfg.v_max);
-    let dz = if na > 1 { (hi - lo) / (na - 1) as f32 } else { 0.0 };
+    let dz = if na > 1 {
+        (hi - lo) / (na - 1) as f32
+    } else {
+        0.0
+    };
     let mut q = Vec::new();
     for row in yb.chunks_exact(width.max(1)) {
         let value = &row[..na];
         for (k, &n) in cfg.branches.iter().enumerate() {
             let adv = &row[offsets[k + 1]..offsets[k + 2]];
-            let mean: Vec<f32> = (0..na).map(|z| (0..n).rev().map(|j| adv[j * na + z]).sum::<f32>() / n as f32).collect();
+            let mean: Vec<f32> = (0..na)
+                .map(|z| (0..n).rev().map(|j| adv[j * na + z]).sum::<f32>() / n as f32)
+                .collect();
             for j in 0..n {
-                let logits: Vec<f32> = (0..na).map(|z| (value[z] + adv[j * na + z]) - mean[z]).collect();
+                let logits: Vec<f32> = (0..na)
+                    .map(|z| (value[z] + adv[j * na + z]) - mean[z])
+                    .collect();
                 if na == 1 {
                     q.push(logits[0]);
                     continue;
@@ -260,7 +291,12 @@ pub fn head_q_f32(cfg: &QNetConfig, yb: &[f32]) -> Vec<f32> {
                 let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let e: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
                 let inv = 1.0 / e.iter().rev().sum::<f32>();
-                q.push((0..na).rev().map(|z| e[z] * inv * (lo + z as f32 * dz)).sum());
+                q.push(
+                    (0..na)
+                        .rev()
+                        .map(|z| e[z] * inv * (lo + z as f32 * dz))
+                        .sum(),
+                );
             }
         }
     }

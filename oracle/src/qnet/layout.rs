@@ -85,7 +85,12 @@ pub(super) fn net(cfg: &QNetConfig) -> Net {
     let mut tensors = Vec::new();
     let mut offset = 0;
     let mut view = |name: String, rows: usize, cols: usize| {
-        let v = TensorView { name, offset, rows, cols };
+        let v = TensorView {
+            name,
+            offset,
+            rows,
+            cols,
+        };
         offset += rows * cols;
         tensors.push(v.clone());
         v
@@ -98,14 +103,43 @@ pub(super) fn net(cfg: &QNetConfig) -> Net {
     let trunk2 = layer("w2", "b2", cfg.h1, cfg.h2);
     let heads = layer("wh", "bh", cfg.h2, hw);
     let wv2 = view("wv2".into(), cfg.value_hidden, na);
-    let wa2: Vec<TensorView> =
-        cfg.branches.iter().enumerate().map(|(k, &n)| view(format!("wa2_{k}"), cfg.adv_hidden, n * na)).collect();
+    let wa2: Vec<TensorView> = cfg
+        .branches
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| view(format!("wa2_{k}"), cfg.adv_hidden, n * na))
+        .collect();
     let bo = view("bo".into(), 1, ow);
     let offsets = output_offsets(cfg);
-    let bias = |k: usize, cols: usize| TensorView { name: "bo".into(), offset: bo.offset + offsets[k], rows: 1, cols };
-    let value_out = Layer { weight: wv2, bias: bias(0, na) };
-    let adv_out = wa2.into_iter().enumerate().map(|(k, w)| { let c = w.cols; Layer { weight: w, bias: bias(k + 1, c) } }).collect();
-    Net { trunk1, trunk2, heads, value_out, adv_out, tensors }
+    let bias = |k: usize, cols: usize| TensorView {
+        name: "bo".into(),
+        offset: bo.offset + offsets[k],
+        rows: 1,
+        cols,
+    };
+    let value_out = Layer {
+        weight: wv2,
+        bias: bias(0, na),
+    };
+    let adv_out = wa2
+        .into_iter()
+        .enumerate()
+        .map(|(k, w)| {
+            let c = w.cols;
+            Layer {
+                weight: w,
+                bias: bias(k + 1, c),
+            }
+        })
+        .collect();
+    Net {
+        trunk1,
+        trunk2,
+        heads,
+        value_out,
+        adv_out,
+        tensors,
+    }
 }
 
 /// The tensors of the flat parameter buffer, contiguous, in this order:
@@ -143,7 +177,10 @@ pub fn param_count(cfg: &QNetConfig) -> usize {
 fn fan_ins(cfg: &QNetConfig) -> Vec<usize> {
     let n = net(cfg);
     let mut fan = vec![0; param_count(cfg)];
-    for l in [&n.trunk1, &n.trunk2, &n.heads, &n.value_out].into_iter().chain(&n.adv_out) {
+    for l in [&n.trunk1, &n.trunk2, &n.heads, &n.value_out]
+        .into_iter()
+        .chain(&n.adv_out)
+    {
         for i in l.weight.range().chain(l.bias.range()) {
             fan[i] = l.fan_in();
         }

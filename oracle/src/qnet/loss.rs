@@ -124,7 +124,9 @@ pub fn loss(
     weights: &[f32],
 ) -> Loss {
     let next = next_actions(cfg, online_s2);
-    loss_with_next_actions(cfg, online_s, target_s2, &next, actions, rewards, discounts, weights)
+    loss_with_next_actions(
+        cfg, online_s, target_s2, &next, actions, rewards, discounts, weights,
+    )
 }
 
 /// Double DQN action choice: `a*_ik = argmax_j q_online_k(s'_i, j)`, lowest j on ties: B x K.
@@ -159,15 +161,43 @@ pub fn loss_with_next_actions(
         branch_loss: vec![0.0; b * kk],
         next_actions: next.to_vec(),
         targets: vec![vec![0.0; b * na]; kk],
-        td: if na > 1 { Vec::new() } else { vec![0.0; b * kk] },
-        dlogits: cfg.branches.iter().map(|&n| vec![0.0; b * n * na]).collect(),
+        td: if na > 1 {
+            Vec::new()
+        } else {
+            vec![0.0; b * kk]
+        },
+        dlogits: cfg
+            .branches
+            .iter()
+            .map(|&n| vec![0.0; b * n * na])
+            .collect(),
     };
     for i in 0..b {
         let c = f64::from(weights[i]) / (b * kk) as f64;
         if na > 1 {
-            c51_row(cfg, i, c, online_s, target_s2, actions, rewards[i], discounts[i], &mut out);
+            c51_row(
+                cfg,
+                i,
+                c,
+                online_s,
+                target_s2,
+                actions,
+                rewards[i],
+                discounts[i],
+                &mut out,
+            );
         } else {
-            scalar_row(cfg, i, c, online_s, target_s2, actions, rewards[i], discounts[i], &mut out);
+            scalar_row(
+                cfg,
+                i,
+                c,
+                online_s,
+                target_s2,
+                actions,
+                rewards[i],
+                discounts[i],
+                &mut out,
+            );
         }
         let li = out.branch_loss[i * kk..(i + 1) * kk].iter().sum::<f64>() / kk as f64;
         out.replay_sample_loss[i] = li;
@@ -175,7 +205,12 @@ pub fn loss_with_next_actions(
             out.replay_sample_priority[i] = li;
         }
     }
-    let total: f64 = out.replay_sample_loss.iter().zip(weights).map(|(&l, &w)| f64::from(w) * l).sum();
+    let total: f64 = out
+        .replay_sample_loss
+        .iter()
+        .zip(weights)
+        .map(|(&l, &w)| f64::from(w) * l)
+        .sum();
     out.loss = total / b as f64;
     out
 }

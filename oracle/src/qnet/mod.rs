@@ -26,7 +26,12 @@ pub mod update;
 
 pub use backward::{backward, backward_from_head_grad, head_grad};
 pub use config::QNetConfig;
-pub use forward::{branch_rows, forward, head, head_outputs, head_q, head_q_f32, head_rows, support, Forward};
-pub use layout::{hidden_width, init_params, layout, output_offsets, output_width, param_count, tensor, TensorView};
+pub use forward::{
+    branch_rows, forward, head, head_outputs, head_q, head_q_f32, head_rows, support, Forward,
+};
+pub use layout::{
+    hidden_width, init_params, layout, output_offsets, output_width, param_count, tensor,
+    TensorView,
+};
 pub use loss::{c51_project, huber, huber_grad, loss, loss_with_next_actions, next_actions, Loss};
-pub use update::{check_batch, update_step, QNetError, Update};
+pub use update::{check_batch, update_step, update_step_at, QNetError, Update};

@@ -4,8 +4,8 @@
 
 use super::merge_step;
 use crate::env::Env;
-use crate::experience::{Experience, ExperiencePath};
 use crate::error::{Error, Result};
+use crate::experience::{Experience, ExperiencePath};
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -50,7 +50,10 @@ impl EnvCase {
 
     /// Episodes over all bars but the first.
     pub fn split(&self) -> Split {
-        Split { lo: 1, hi: self.bars as u32 }
+        Split {
+            lo: 1,
+            hi: self.bars as u32,
+        }
     }
 }
 
@@ -62,7 +65,9 @@ pub fn random_market(rng: &mut impl Rng, bars: usize, feature_dim: usize) -> Env
     let mut m = EnvMarket {
         bars,
         feature_dim,
-        features: (0..bars * feature_dim).map(|_| rng.gen_range(-3.0..3.0)).collect(),
+        features: (0..bars * feature_dim)
+            .map(|_| rng.gen_range(-3.0..3.0))
+            .collect(),
         bid: Vec::with_capacity(bars),
         ask: Vec::with_capacity(bars),
         high: Vec::with_capacity(bars),
@@ -85,17 +90,30 @@ pub fn random_market(rng: &mut impl Rng, bars: usize, feature_dim: usize) -> Env
 
 /// A random portfolio per env: bar in the start range, part of an episode gone, positions
 /// of both signs (a third flat) entered near the bar's mid, PnL of both signs.
-pub fn random_env_state(rng: &mut impl Rng, cfg: &EnvConfig, m: &EnvMarket, split: Split) -> EnvState {
+pub fn random_env_state(
+    rng: &mut impl Rng,
+    cfg: &EnvConfig,
+    m: &EnvMarket,
+    split: Split,
+) -> EnvState {
     let mut st = EnvState::new(cfg, split);
     for n in 0..st.len() {
         let b = rng.gen_range(split.lo..split.hi - 1);
         st.bar[n] = b;
         st.steps[n] = rng.gen_range(0..cfg.max_steps);
         st.clock[n] = rng.gen();
-        let pos = if rng.gen_bool(0.33) { 0 } else { rng.gen_range(-cfg.max_position..=cfg.max_position) };
+        let pos = if rng.gen_bool(0.33) {
+            0
+        } else {
+            rng.gen_range(-cfg.max_position..=cfg.max_position)
+        };
         st.position[n] = pos;
         let mid = (m.bid[b as usize] + m.ask[b as usize]) * 0.5;
-        st.entry[n] = if pos != 0 { mid + 0.25 * rng.gen_range(-8i32..=8) as f32 } else { 0.0 };
+        st.entry[n] = if pos != 0 {
+            mid + 0.25 * rng.gen_range(-8i32..=8) as f32
+        } else {
+            0.0
+        };
         st.realized[n] = rng.gen_range(-2000.0..2000.0);
         st.fees[n] = rng.gen_range(0.0..100.0);
         st.equity[n] = rng.gen_range(-2000.0..2000.0);
@@ -110,14 +128,20 @@ pub fn random_net_before(rng: &mut impl Rng, st: &EnvState) -> Vec<f32> {
     (0..st.len())
         .map(|n| {
             let net = st.realized[n] - st.fees[n];
-            if rng.gen_bool(0.33) { net } else { net - rng.gen_range(-300.0f32..300.0) }
+            if rng.gen_bool(0.33) {
+                net
+            } else {
+                net - rng.gen_range(-300.0f32..300.0)
+            }
         })
         .collect()
 }
 
 /// Random actions `[N x 3]` within their branches.
 pub fn random_actions(rng: &mut impl Rng, envs: usize) -> Vec<i32> {
-    (0..envs * 3).map(|i| rng.gen_range(0..BRANCHES[i % 3] as i32)).collect()
+    (0..envs * 3)
+        .map(|i| rng.gen_range(0..BRANCHES[i % 3] as i32))
+        .collect()
 }
 
 /// Everything a check starts from.
@@ -139,7 +163,14 @@ impl EnvSetup {
         let mut env = Env::new(gpu, &cfg, &BRANCHES, &market, split)?;
         env.upload_state(&state)?;
         env.poison_outputs()?;
-        Ok(EnvSetup { cfg, split, market, state, env, rng })
+        Ok(EnvSetup {
+            cfg,
+            split,
+            market,
+            state,
+            env,
+            rng,
+        })
     }
 }
 
@@ -163,7 +194,10 @@ pub fn check_state_gather(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> 
     s.env.state_gather()?;
     let want = spec::state_gather(&s.cfg, &s.market, &s.state);
     let width = s.market.state_dim();
-    let want_x: Vec<f32> = want.chunks_exact(width).flat_map(|r| r.iter().copied().chain([1.0])).collect();
+    let want_x: Vec<f32> = want
+        .chunks_exact(width)
+        .flat_map(|r| r.iter().copied().chain([1.0]))
+        .collect();
     Ok(vec![
         compare_bitwise("states", &s.env.read_states()?, &want),
         compare_bitwise("x", &s.env.read_x()?, &want_x),
@@ -175,11 +209,17 @@ pub fn check_state_gather(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> 
 pub fn check_action_select(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     let mut s = EnvSetup::new(gpu, case)?;
     let width: usize = BRANCHES.iter().sum();
-    let q: Vec<f32> = (0..case.envs * width).map(|_| s.rng.gen_range(-4i32..4) as f32 * 0.5).collect();
+    let q: Vec<f32> = (0..case.envs * width)
+        .map(|_| s.rng.gen_range(-4i32..4) as f32 * 0.5)
+        .collect();
     let dq = gpu.stream.clone_htod(&q)?;
     let mut out = Vec::new();
     let between = s.rng.gen_range(0.05..0.95);
-    for (eps, name) in [(0.0f32, "actions (epsilon 0)"), (1.0, "actions (epsilon 1)"), (between, "actions (epsilon in (0, 1))")] {
+    for (eps, name) in [
+        (0.0f32, "actions (epsilon 0)"),
+        (1.0, "actions (epsilon 1)"),
+        (between, "actions (epsilon in (0, 1))"),
+    ] {
         s.env.set_epsilon(eps)?;
         s.env.action_select(&dq)?;
         let want = spec::action_select(case.seed, &BRANCHES, eps, &q, &s.state);
@@ -242,7 +282,9 @@ pub fn check_barriers(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
 pub fn check_env_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     let mut s = EnvSetup::new(gpu, case)?;
     let width: usize = BRANCHES.iter().sum();
-    let q: Vec<f32> = (0..case.envs * width).map(|_| s.rng.gen_range(-4i32..4) as f32 * 0.5).collect();
+    let q: Vec<f32> = (0..case.envs * width)
+        .map(|_| s.rng.gen_range(-4i32..4) as f32 * 0.5)
+        .collect();
     let eps = s.rng.gen_range(0.05..0.95);
     s.env.set_epsilon(eps)?;
     s.env.poison_outputs()?;
@@ -300,15 +342,29 @@ pub fn check_experience(
         let before = oracle.clone();
         exp.step(&mut env, &net, &mut acting)?;
         let q = net.read_acting(&acting)?;
-        let want = spec::env_step(cfg, &BRANCHES, epsilon, market, split, &mut oracle, |_| q.clone());
+        let want = spec::env_step(cfg, &BRANCHES, epsilon, market, split, &mut oracle, |_| {
+            q.clone()
+        });
         activity.fills += want.fills.filled.iter().filter(|&&f| f == 1).count();
         for &r in &want.outcome.reason {
             activity.dones[r as usize] += 1;
         }
-        activity.greedy_and_random_differ |= want.actions != spec::action_select(cfg.seed, &BRANCHES, 0.0, &q, &before);
+        activity.greedy_and_random_differ |=
+            want.actions != spec::action_select(cfg.seed, &BRANCHES, 0.0, &q, &before);
         if q_every > 0 && t % q_every == 0 {
             let y = net.read_acting_outputs(&acting)?;
-            merge_step(&mut out, t, super::qnet::acting_comparisons(&qcfg, net.acting_products(cfg.envs), &online, &want.states, &y, &q)?);
+            merge_step(
+                &mut out,
+                t,
+                super::qnet::acting_comparisons(
+                    &qcfg,
+                    net.acting_products(cfg.envs),
+                    &online,
+                    &want.states,
+                    &y,
+                    &q,
+                )?,
+            );
         }
         let mut c = vec![
             compare_bitwise("states", &env.read_states()?, &want.states),
@@ -349,10 +405,16 @@ pub fn check_experience_graph(
     net.set_act_fused(block_rows.is_some());
     net.set_act_block_rows(block_rows)?;
     // Q only, as the experience step acts in training and in the benchmark.
-    let (mut a_eager, mut a_graph) = (net.acting(cfg.envs)?.q_only(), net.acting(cfg.envs)?.q_only());
+    let (mut a_eager, mut a_graph) = (
+        net.acting(cfg.envs)?.q_only(),
+        net.acting(cfg.envs)?.q_only(),
+    );
     let mut eager = Env::new(gpu, cfg, &BRANCHES, market, split)?;
     let mut graph = Env::new(gpu, cfg, &BRANCHES, market, split)?;
-    let (exp_eager, mut exp_graph) = (Experience::new(gpu, &eager, &net)?, Experience::new(gpu, &graph, &net)?);
+    let (exp_eager, mut exp_graph) = (
+        Experience::new(gpu, &eager, &net)?,
+        Experience::new(gpu, &graph, &net)?,
+    );
     eager.set_epsilon(0.2)?;
     graph.set_epsilon(0.2)?;
     let mut out = Vec::new();
@@ -362,12 +424,19 @@ pub fn check_experience_graph(
         let (ge, gg) = (eager.read_outcome()?, graph.read_outcome()?);
         let mut c = vec![
             compare_exact("actions", &graph.read_actions()?, &eager.read_actions()?),
-            compare_bitwise("q", &net.read_acting(&a_graph)?, &net.read_acting(&a_eager)?),
+            compare_bitwise(
+                "q",
+                &net.read_acting(&a_graph)?,
+                &net.read_acting(&a_eager)?,
+            ),
             compare_bitwise("pnl", &gg.pnl, &ge.pnl),
             compare_bitwise("next_states", &gg.next_states, &ge.next_states),
             compare_bitwise("done", &gg.done, &ge.done),
         ];
-        c.extend(compare_env_states(&graph.download_state()?, &eager.download_state()?));
+        c.extend(compare_env_states(
+            &graph.download_state()?,
+            &eager.download_state()?,
+        ));
         merge_step(&mut out, t, c);
     }
     Ok(out)
@@ -391,10 +460,16 @@ pub fn check_experience_fused(
     let (mut a_one, mut a_unfused) = (net.acting(cfg.envs)?, net.acting(cfg.envs)?);
     let mut one = Env::new(gpu, cfg, &BRANCHES, market, split)?;
     let mut unfused = Env::new(gpu, cfg, &BRANCHES, market, split)?;
-    let (exp_one, mut exp_unfused) = (Experience::new(gpu, &one, &net)?, Experience::new(gpu, &unfused, &net)?);
+    let (exp_one, mut exp_unfused) = (
+        Experience::new(gpu, &one, &net)?,
+        Experience::new(gpu, &unfused, &net)?,
+    );
     exp_unfused.set_path(ExperiencePath::Unfused);
     if !exp_one.in_one_launch(&one, &net) || exp_unfused.in_one_launch(&unfused, &net) {
-        return Err(Error::Shape(format!("{} envs at {block_rows} rows a block: not one launch against the unfused", cfg.envs)));
+        return Err(Error::Shape(format!(
+            "{} envs at {block_rows} rows a block: not one launch against the unfused",
+            cfg.envs
+        )));
     }
     // Only the one launch's outputs poisoned: one it failed to write differs from the unfused path's.
     one.poison_outputs()?;
@@ -408,13 +483,24 @@ pub fn check_experience_fused(
         let mut cmp = vec![
             compare_bitwise("states", &one.read_states()?, &unfused.read_states()?),
             compare_bitwise("x", &one.read_x()?, &unfused.read_x()?),
-            compare_bitwise("q", &net.read_acting(&a_one)?, &net.read_acting(&a_unfused)?),
-            compare_bitwise("head outputs", &net.read_acting_outputs(&a_one)?, &net.read_acting_outputs(&a_unfused)?),
+            compare_bitwise(
+                "q",
+                &net.read_acting(&a_one)?,
+                &net.read_acting(&a_unfused)?,
+            ),
+            compare_bitwise(
+                "head outputs",
+                &net.read_acting_outputs(&a_one)?,
+                &net.read_acting_outputs(&a_unfused)?,
+            ),
             compare_exact("actions", &one.read_actions()?, &unfused.read_actions()?),
         ];
         cmp.extend(compare_fills(&one.read_fills()?, &unfused.read_fills()?));
         cmp.extend(compare_outcome(&o, &c));
-        cmp.extend(compare_env_states(&one.download_state()?, &unfused.download_state()?));
+        cmp.extend(compare_env_states(
+            &one.download_state()?,
+            &unfused.download_state()?,
+        ));
         merge_step(&mut out, t, cmp);
     }
     Ok(out)

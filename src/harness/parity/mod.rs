@@ -10,6 +10,7 @@ pub mod qnet;
 pub mod replay;
 pub mod reward;
 pub mod schedule;
+pub mod trainer;
 pub mod transition;
 
 use rand::Rng;
@@ -19,7 +20,6 @@ use tallyho_oracle::Comparison;
 pub fn uniform(rng: &mut impl Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.gen_range(-scale..scale)).collect()
 }
-
 
 /// Merge step `t`'s comparisons into one row per output across steps, a failing one
 /// named with the step it first failed at.

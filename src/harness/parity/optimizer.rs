@@ -10,15 +10,24 @@ use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, Comparison};
 
 /// Double arithmetic rounded once to float on the GPU against f64 from the same float
 /// inputs: at most one float ulp (plus a floor far below any value the checks produce).
-pub const ONE_ULP: tallyho_oracle::Tolerance =
-    tallyho_oracle::Tolerance { atol: 1e-30, rtol: 1.2e-7, exact: false, norm: false, reason: "double arithmetic rounded once to float" };
-
+pub const ONE_ULP: tallyho_oracle::Tolerance = tallyho_oracle::Tolerance {
+    atol: 1e-30,
+    rtol: 1.2e-7,
+    exact: false,
+    norm: false,
+    reason: "double arithmetic rounded once to float",
+};
 
 /// `optimizer_grad_norm` on `n` gradients of magnitude `scale`: norm and clip scale within one
 /// ulp of the oracle's, the step advanced by one.
-pub fn check_optimizer_grad_norm(gpu: &Gpu, n: usize, scale: f32, seed: u64) -> Result<Vec<Comparison>> {
-    use tallyho_oracle::optimizer::grad_norm;
+pub fn check_optimizer_grad_norm(
+    gpu: &Gpu,
+    n: usize,
+    scale: f32,
+    seed: u64,
+) -> Result<Vec<Comparison>> {
     use tallyho_oracle::optimizer::clip_grads;
+    use tallyho_oracle::optimizer::grad_norm;
     use tallyho_oracle::qnet::QNetConfig;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let cfg = QNetConfig::default();
@@ -37,24 +46,45 @@ pub fn check_optimizer_grad_norm(gpu: &Gpu, n: usize, scale: f32, seed: u64) -> 
 }
 
 /// One `optimizer_grad_norm` + `optimizer_adam` step from random parameters, moments and step count.
-pub fn check_optimizer_adam(gpu: &Gpu, n: usize, step: u32, grad_scale: f32, seed: u64) -> Result<Vec<Comparison>> {
+pub fn check_optimizer_adam(
+    gpu: &Gpu,
+    n: usize,
+    step: u32,
+    grad_scale: f32,
+    seed: u64,
+) -> Result<Vec<Comparison>> {
+    use tallyho_oracle::optimizer::adam_step;
     use tallyho_oracle::optimizer::clip_grads;
     use tallyho_oracle::optimizer::AdamState;
-    use tallyho_oracle::optimizer::adam_step;
     use tallyho_oracle::qnet::QNetConfig;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let cfg = QNetConfig { lr: 1e-3, ..QNetConfig::default() };
-    let (p, g, m) = (uniform(&mut rng, n, 1.0), uniform(&mut rng, n, grad_scale), uniform(&mut rng, n, 0.1));
+    let cfg = QNetConfig {
+        lr: 1e-3,
+        ..QNetConfig::default()
+    };
+    let (p, g, m) = (
+        uniform(&mut rng, n, 1.0),
+        uniform(&mut rng, n, grad_scale),
+        uniform(&mut rng, n, 0.1),
+    );
     let v: Vec<f32> = uniform(&mut rng, n, 0.1).iter().map(|x| x * x).collect();
     let mut opt = crate::optimizer::Optimizer::new(gpu, &cfg, n)?;
     opt.set_state(&m, &v, step)?;
     let mut dp = gpu.stream.clone_htod(&p)?;
-    opt.step(&mut dp.as_view_mut(), &gpu.stream.clone_htod(&g)?.as_view(), None)?;
+    opt.step(
+        &mut dp.as_view_mut(),
+        &gpu.stream.clone_htod(&g)?.as_view(),
+        None,
+    )?;
     let wide = |x: &[f32]| x.iter().map(|&y| f64::from(y)).collect::<Vec<f64>>();
     let mut g64 = wide(&g);
     clip_grads(&mut g64, f64::from(cfg.grad_clip));
     let mut p64 = wide(&p);
-    let mut st = AdamState { m: wide(&m), v: wide(&v), step };
+    let mut st = AdamState {
+        m: wide(&m),
+        v: wide(&v),
+        step,
+    };
     adam_step(&cfg, &mut p64, &g64, &mut st);
     Ok(vec![
         compare_f32("params", &gpu.stream.clone_dtoh(&dp)?, &p64, ONE_ULP),

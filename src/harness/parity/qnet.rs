@@ -7,8 +7,8 @@ use crate::qnet::Products;
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tallyho_oracle::replay::Transitions;
 use tallyho_oracle::qnet::branch_rows;
+use tallyho_oracle::replay::Transitions;
 use tallyho_oracle::{compare_exact, compare_f32, Comparison};
 
 /// The batch sizes the Q-network is checked at: one row, a few, a partial block, a full
@@ -59,25 +59,43 @@ impl QNetSetup {
         use tallyho_oracle::qnet::{init_params, QNetConfig};
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x51e7);
         let online = init_params(&cfg);
-        let target = init_params(&QNetConfig { seed: cfg.seed.wrapping_add(1), ..cfg.clone() });
+        let target = init_params(&QNetConfig {
+            seed: cfg.seed.wrapping_add(1),
+            ..cfg.clone()
+        });
         let transitions = random_transitions(&mut rng, batch, cfg.state_dim);
         let weights: Vec<f32> = (0..batch).map(|_| rng.gen_range(0.05f32..=1.0)).collect();
         let mut net = crate::qnet::QNet::new(gpu, &cfg, batch)?;
         net.set_params(&online, &target)?;
-        let mut device_batch = crate::replay::DeviceTransitions::alloc(&gpu.stream, batch, cfg.state_dim)?;
+        let mut device_batch =
+            crate::replay::DeviceTransitions::alloc(&gpu.stream, batch, cfg.state_dim)?;
         device_batch.upload(&gpu.stream, &transitions, cfg.state_dim)?;
         let batch = transitions;
         let device_weights = gpu.stream.clone_htod(&weights)?;
-        Ok(QNetSetup { cfg, online, target, batch, weights, net, device_batch, device_weights })
+        Ok(QNetSetup {
+            cfg,
+            online,
+            target,
+            batch,
+            weights,
+            net,
+            device_batch,
+            device_weights,
+        })
     }
 
     /// The states then the next states: the 2B rows every forward runs on.
     pub fn stacked_states(&self) -> Vec<f32> {
-        [self.batch.states.as_slice(), self.batch.next_states.as_slice()].concat()
+        [
+            self.batch.states.as_slice(),
+            self.batch.next_states.as_slice(),
+        ]
+        .concat()
     }
 
     pub fn forward(&mut self) -> Result<()> {
-        self.net.forward(&self.device_batch.states, &self.device_batch.next_states)
+        self.net
+            .forward(&self.device_batch.states, &self.device_batch.next_states)
     }
 }
 
@@ -117,7 +135,10 @@ pub fn forward_of_gpu(
 ) -> tallyho_oracle::qnet::Forward {
     use tallyho_oracle::qnet::hidden_width;
     // Outputs a caller did not read back are empty and stay empty.
-    let rows = |x: &[f32], w: usize| x.get(range.start * w..range.end * w).map_or_else(Vec::new, widen);
+    let rows = |x: &[f32], w: usize| {
+        x.get(range.start * w..range.end * w)
+            .map_or_else(Vec::new, widen)
+    };
     let na = cfg.atoms;
     let c51 = na > 1;
     tallyho_oracle::qnet::Forward {
@@ -129,8 +150,16 @@ pub fn forward_of_gpu(
         value: Vec::new(),
         adv: Vec::new(),
         logits: split_branches(cfg, &out.logits, range.clone(), na),
-        log_probs: if c51 { split_branches(cfg, &out.log_probs, range.clone(), na) } else { vec![Vec::new(); cfg.num_branches()] },
-        probs: if c51 { split_branches(cfg, &out.probs, range.clone(), na) } else { vec![Vec::new(); cfg.num_branches()] },
+        log_probs: if c51 {
+            split_branches(cfg, &out.log_probs, range.clone(), na)
+        } else {
+            vec![Vec::new(); cfg.num_branches()]
+        },
+        probs: if c51 {
+            split_branches(cfg, &out.probs, range.clone(), na)
+        } else {
+            vec![Vec::new(); cfg.num_branches()]
+        },
         q: split_branches(cfg, &out.q, range, 1),
     }
 }
@@ -162,18 +191,53 @@ pub fn check_qnet_forward(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>>
         let want = tallyho_oracle::qnet::forward(cfg, params, &x);
         let got = st.net.read_forward(net)?;
         let rows = 2 * case.batch;
-        out.push(compare_rel_norm(&format!("{name} h1"), &got.h1, &want.h1, t1));
-        out.push(compare_rel_norm(&format!("{name} h2"), &got.h2, &want.h2, t2));
-        out.push(compare_rel_norm(&format!("{name} heads hidden"), &got.heads_hidden, &want.heads_hidden, th));
+        out.push(compare_rel_norm(
+            &format!("{name} h1"),
+            &got.h1,
+            &want.h1,
+            t1,
+        ));
+        out.push(compare_rel_norm(
+            &format!("{name} h2"),
+            &got.h2,
+            &want.h2,
+            t2,
+        ));
+        out.push(compare_rel_norm(
+            &format!("{name} heads hidden"),
+            &got.heads_hidden,
+            &want.heads_hidden,
+            th,
+        ));
         let na = cfg.atoms;
-        out.push(compare_rel_norm(&format!("{name} logits"), &got.logits, &branch_rows(cfg, &want.logits, rows, na), tout));
+        out.push(compare_rel_norm(
+            &format!("{name} logits"),
+            &got.logits,
+            &branch_rows(cfg, &want.logits, rows, na),
+            tout,
+        ));
         if na > 1 {
             let lp = branch_rows(cfg, &want.log_probs, rows, na);
-            out.push(compare_rel_norm(&format!("{name} log_probs"), &got.log_probs, &lp, tout));
+            out.push(compare_rel_norm(
+                &format!("{name} log_probs"),
+                &got.log_probs,
+                &lp,
+                tout,
+            ));
             let p = branch_rows(cfg, &want.probs, rows, na);
-            out.push(compare_rel_norm(&format!("{name} probs"), &got.probs, &p, tout));
+            out.push(compare_rel_norm(
+                &format!("{name} probs"),
+                &got.probs,
+                &p,
+                tout,
+            ));
         }
-        out.push(compare_rel_norm(&format!("{name} q"), &got.q, &branch_rows(cfg, &want.q, rows, 1), tout));
+        out.push(compare_rel_norm(
+            &format!("{name} q"),
+            &got.q,
+            &branch_rows(cfg, &want.q, rows, 1),
+            tout,
+        ));
     }
     Ok(out)
 }
@@ -206,19 +270,29 @@ pub fn check_acting_with(gpu: &Gpu, case: &QNetCase, path: ActingPath) -> Result
 /// The acting forward of any network `cfg` on `rows` random states (seeded by the config's
 /// seed) on `path`, against the oracle: the head-output rows plus bias and Q
 /// ([`acting_comparisons`]).
-pub fn check_acting_net(gpu: &Gpu, cfg: tallyho_oracle::qnet::QNetConfig, rows: usize, path: ActingPath) -> Result<Vec<Comparison>> {
+pub fn check_acting_net(
+    gpu: &Gpu,
+    cfg: tallyho_oracle::qnet::QNetConfig,
+    rows: usize,
+    path: ActingPath,
+) -> Result<Vec<Comparison>> {
     let mut st = QNetSetup::of(gpu, cfg, rows)?;
     st.net.set_tf32(path == ActingPath::Tf32);
     if let ActingPath::Fused(block_rows) = path {
         st.net.set_act_fused(true);
         st.net.set_act_block_rows(block_rows)?;
         if st.net.act_block_rows(rows).is_none() {
-            return Err(crate::error::Error::Shape("acting check: this network does not fit one qnet_act block".into()));
+            return Err(crate::error::Error::Shape(
+                "acting check: this network does not fit one qnet_act block".into(),
+            ));
         }
     }
     let cfg = &st.cfg;
     let states = &st.batch.states;
-    let x: Vec<f32> = states.chunks_exact(cfg.state_dim).flat_map(|r| r.iter().copied().chain([1.0])).collect();
+    let x: Vec<f32> = states
+        .chunks_exact(cfg.state_dim)
+        .flat_map(|r| r.iter().copied().chain([1.0]))
+        .collect();
     let x = gpu.stream.clone_htod(&x)?;
     let mut acting = st.net.acting(rows)?;
     let products = match path {
@@ -228,10 +302,17 @@ pub fn check_acting_net(gpu: &Gpu, cfg: tallyho_oracle::qnet::QNetConfig, rows: 
         }
         ActingPath::Layers | ActingPath::Tf32 => {
             st.net.act_layers(&x, &mut acting)?;
-            if st.net.tf32() { Products::Tf32 } else { Products::Float32 }
+            if st.net.tf32() {
+                Products::Tf32
+            } else {
+                Products::Float32
+            }
         }
     };
-    let (y, q) = (st.net.read_acting_outputs(&acting)?, st.net.read_acting(&acting)?);
+    let (y, q) = (
+        st.net.read_acting_outputs(&acting)?,
+        st.net.read_acting(&acting)?,
+    );
     acting_comparisons(cfg, products, &st.online, states, &y, &q)
 }
 
@@ -272,25 +353,49 @@ pub(crate) fn acting_comparisons(
 /// `qnet::head_q_f32`, the float reference: the acting head computes in float, so its error
 /// is a few float ulps of sum_z p_z |z_z|, which a relative bound on Q itself (near 0 where
 /// the distribution is centred) cannot express.
-pub(crate) fn acting_q_comparison(cfg: &tallyho_oracle::qnet::QNetConfig, y: &[f32], bias: &[f32], q: &[f32]) -> Comparison {
+pub(crate) fn acting_q_comparison(
+    cfg: &tallyho_oracle::qnet::QNetConfig,
+    y: &[f32],
+    bias: &[f32],
+    q: &[f32],
+) -> Comparison {
     use tallyho_oracle::qnet as spec;
     use tallyho_oracle::tolerance::reduction_rule;
     let (yb32, yb64) = rows_plus_bias(y, bias);
     let want = spec::head_q(cfg, &yb64);
-    compare_f32("acting q", q, &want, reduction_rule(&spec::head_q_f32(cfg, &yb32), &want))
+    compare_f32(
+        "acting q",
+        q,
+        &want,
+        reduction_rule(&spec::head_q_f32(cfg, &yb32), &want),
+    )
 }
 
 /// The head-output bias `bo` of a network's parameters (row H of its dense head matrix).
-pub(crate) fn head_bias<'a>(cfg: &tallyho_oracle::qnet::QNetConfig, params: &'a [f32]) -> Result<&'a [f32]> {
-    let bo = tallyho_oracle::qnet::tensor(cfg, "bo").ok_or_else(|| crate::error::Error::Shape("the layout has no bo".into()))?;
+pub(crate) fn head_bias<'a>(
+    cfg: &tallyho_oracle::qnet::QNetConfig,
+    params: &'a [f32],
+) -> Result<&'a [f32]> {
+    let bo = tallyho_oracle::qnet::tensor(cfg, "bo")
+        .ok_or_else(|| crate::error::Error::Shape("the layout has no bo".into()))?;
     Ok(&params[bo.range()])
 }
 
 /// Head-output rows `y` plus the bias of each column: in float (the kernels' sum) and exactly.
 pub(crate) fn rows_plus_bias(y: &[f32], bias: &[f32]) -> (Vec<f32>, Vec<f64>) {
     let width = bias.len().max(1);
-    let f32s = y.chunks_exact(width).flat_map(|r| r.iter().zip(bias).map(|(&v, &b)| v + b)).collect();
-    let exact = y.chunks_exact(width).flat_map(|r| r.iter().zip(bias).map(|(&v, &b)| f64::from(v) + f64::from(b))).collect();
+    let f32s = y
+        .chunks_exact(width)
+        .flat_map(|r| r.iter().zip(bias).map(|(&v, &b)| v + b))
+        .collect();
+    let exact = y
+        .chunks_exact(width)
+        .flat_map(|r| {
+            r.iter()
+                .zip(bias)
+                .map(|(&v, &b)| f64::from(v) + f64::from(b))
+        })
+        .collect();
     (f32s, exact)
 }
 
@@ -310,14 +415,38 @@ pub fn check_qnet_loss(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>> {
     let tg_s2 = forward_of_gpu(cfg, &tg, &t.next_states, b..2 * b);
     let got = st.net.read_loss()?;
     let want_next = spec::next_actions(cfg, &on_s2);
-    let want = spec::loss_with_next_actions(cfg, &on_s, &tg_s2, &want_next, &t.actions, &t.rewards, &t.discounts, &st.weights);
+    let want = spec::loss_with_next_actions(
+        cfg,
+        &on_s,
+        &tg_s2,
+        &want_next,
+        &t.actions,
+        &t.rewards,
+        &t.discounts,
+        &st.weights,
+    );
     let sample_loss: Vec<f32> = got.sample_loss.iter().map(|&v| v as f32).collect();
     Ok(vec![
         compare_exact("next actions", &got.next_actions, &want_next),
         compare_f32("loss", &[got.loss as f32], &[want.loss], QNET_LOSS),
-        compare_f32("sample loss", &sample_loss, &want.replay_sample_loss, QNET_LOSS),
-        compare_f32("priorities", &got.priorities, &want.replay_sample_priority, QNET_LOSS),
-        compare_f32("head gradient", &got.head_grad, &spec::head_grad(cfg, &want.dlogits, b), QNET_LOSS),
+        compare_f32(
+            "sample loss",
+            &sample_loss,
+            &want.replay_sample_loss,
+            QNET_LOSS,
+        ),
+        compare_f32(
+            "priorities",
+            &got.priorities,
+            &want.replay_sample_priority,
+            QNET_LOSS,
+        ),
+        compare_f32(
+            "head gradient",
+            &got.head_grad,
+            &spec::head_grad(cfg, &want.dlogits, b),
+            QNET_LOSS,
+        ),
     ])
 }
 
@@ -340,10 +469,23 @@ pub fn check_qnet_backward(gpu: &Gpu, case: &QNetCase) -> Result<Vec<Comparison>
     // The deepest gradient (w1) went through every backward product: dy w2^T (fan-out of a
     // head, at most n_max NA), dhh wh^T (H), dh2 w2^T (h2), then x^T dh1 over the batch.
     let n_max = cfg.branches.iter().copied().max().unwrap_or(1);
-    let tol = gemm_chain(&[n_max * cfg.atoms, spec::hidden_width(cfg), cfg.h2, cfg.h1, b]);
+    let tol = gemm_chain(&[
+        n_max * cfg.atoms,
+        spec::hidden_width(cfg),
+        cfg.h2,
+        cfg.h1,
+        b,
+    ]);
     Ok(spec::layout(cfg)
         .into_iter()
-        .map(|v| compare_rel_norm(&format!("grad {}", v.name), &got[v.range()], &want[v.range()], tol))
+        .map(|v| {
+            compare_rel_norm(
+                &format!("grad {}", v.name),
+                &got[v.range()],
+                &want[v.range()],
+                tol,
+            )
+        })
         .collect())
 }
 
@@ -364,20 +506,47 @@ pub fn check_qnet_update(gpu: &Gpu, case: &QNetCase, steps: u32) -> Result<Vec<C
     let mut adam = AdamState::new(online.len());
     let [.., fwd_chain] = forward_chain(&cfg);
     let n_max = cfg.branches.iter().copied().max().unwrap_or(1);
-    let bwd_chain = [fwd_chain.clone(), vec![n_max * cfg.atoms, spec::hidden_width(&cfg), cfg.h2, cfg.h1, case.batch]].concat();
+    let bwd_chain = [
+        fwd_chain.clone(),
+        vec![
+            n_max * cfg.atoms,
+            spec::hidden_width(&cfg),
+            cfg.h2,
+            cfg.h1,
+            case.batch,
+        ],
+    ]
+    .concat();
     let (loss_tol, grad_tol) = (gemm_chain(&fwd_chain), gemm_chain(&bwd_chain));
     let mut merged: Vec<Comparison> = Vec::new();
     for step in 1..=steps {
         st.net.update(&st.device_batch, &st.device_weights)?;
-        let want = spec::update_step(&cfg, &mut online, &st.target, &mut adam, &st.batch, &st.weights)
-            .map_err(|e| crate::Error::Shape(format!("oracle update: {e}")))?;
+        let want = spec::update_step(
+            &cfg,
+            &mut online,
+            &st.target,
+            &mut adam,
+            &st.batch,
+            &st.weights,
+        )
+        .map_err(|e| crate::Error::Shape(format!("oracle update: {e}")))?;
         let got = st.net.read_loss()?;
         let (got_p, _) = st.net.params()?;
-        let disp = |p: &[f32]| -> Vec<f64> { p.iter().zip(&p0).map(|(&x, &x0)| f64::from(x) - x0).collect() };
+        let disp = |p: &[f32]| -> Vec<f64> {
+            p.iter()
+                .zip(&p0)
+                .map(|(&x, &x0)| f64::from(x) - x0)
+                .collect()
+        };
         let got_disp: Vec<f32> = disp(&got_p).iter().map(|&v| v as f32).collect();
         let ctl = st.net.opt.ctl()?;
         let now = vec![
-            compare_rel_norm("parameter displacement", &got_disp, &disp(&online), QNET_TRAJECTORY),
+            compare_rel_norm(
+                "parameter displacement",
+                &got_disp,
+                &disp(&online),
+                QNET_TRAJECTORY,
+            ),
             compare_rel_norm("loss", &[got.loss as f32], &[want.loss], loss_tol),
             compare_rel_norm("priorities", &got.priorities, &want.priorities, loss_tol),
             compare_rel_norm("gradient norm", &[ctl.norm], &[want.grad_norm], grad_tol),

@@ -50,12 +50,19 @@ impl ReplayCase {
 /// (a terminal, about 10%) or gamma^k for gamma 0.99 and k in 1..=5 (float products).
 pub fn random_transitions(rng: &mut impl Rng, n: usize, state_dim: usize) -> Transitions {
     let mut t = Transitions::zeros(n, state_dim);
-    t.states.iter_mut().chain(t.next_states.iter_mut()).for_each(|x| *x = rng.gen_range(-2.0..2.0));
+    t.states
+        .iter_mut()
+        .chain(t.next_states.iter_mut())
+        .for_each(|x| *x = rng.gen_range(-2.0..2.0));
     for (k, a) in t.actions.iter_mut().enumerate() {
         *a = rng.gen_range(0..(tallyho_oracle::action::ACTION_BRANCHES[k % BRANCH_COUNT] as i32));
     }
-    t.rewards.iter_mut().for_each(|x| *x = rng.gen_range(-1.0..1.0));
-    t.discounts.iter_mut().for_each(|x| *x = random_discount(rng, 0.99, 5, 0.1));
+    t.rewards
+        .iter_mut()
+        .for_each(|x| *x = rng.gen_range(-1.0..1.0));
+    t.discounts
+        .iter_mut()
+        .for_each(|x| *x = random_discount(rng, 0.99, 5, 0.1));
     t
 }
 
@@ -74,12 +81,22 @@ pub fn random_discount(rng: &mut impl Rng, gamma: f32, n: usize, terminal: f64) 
 pub fn random_state(cfg: &ReplayConfig, rng: &mut impl Rng) -> ReplayState {
     let mut st = ReplayState::new(cfg);
     let c = cfg.capacity;
-    let size = if rng.gen_bool(0.5) { c } else { rng.gen_range(1..=c) };
+    let size = if rng.gen_bool(0.5) {
+        c
+    } else {
+        rng.gen_range(1..=c)
+    };
     st.store = random_transitions(rng, c, cfg.state_dim);
-    let priorities: Vec<f32> = (0..size).map(|_| 10f32.powf(rng.gen_range(-3.0..1.0))).collect();
+    let priorities: Vec<f32> = (0..size)
+        .map(|_| 10f32.powf(rng.gen_range(-3.0..1.0)))
+        .collect();
     set_leaves(&mut st, &priorities);
     st.ctl.size = size as u32;
-    st.ctl.cursor = if size < c { size as u32 } else { rng.gen_range(0..c) as u32 };
+    st.ctl.cursor = if size < c {
+        size as u32
+    } else {
+        rng.gen_range(0..c) as u32
+    };
     st.ctl.sample_step = rng.gen_range(0..2000);
     st.ctl.max_priority = priorities.iter().copied().fold(1.0, f32::max);
     st
@@ -119,12 +136,20 @@ pub fn compare_transitions(got: &Transitions, want: &Transitions) -> Vec<Compari
 pub fn compare_states(got: &ReplayState, want: &ReplayState) -> Vec<Comparison> {
     let mut c = compare_transitions(&got.store, &want.store);
     c.push(compare_bitwise("tree", &got.tree, &want.tree));
-    c.push(compare_exact("ctl", &crate::replay::ctl_words(&got.ctl), &crate::replay::ctl_words(&want.ctl)));
+    c.push(compare_exact(
+        "ctl",
+        &crate::replay::ctl_words(&got.ctl),
+        &crate::replay::ctl_words(&want.ctl),
+    ));
     c
 }
 
 /// `replay_insert` of `n` random transitions into `st`.
-pub fn check_replay_insert_on(gpu: &Gpu, st: &ReplayState, batch: &Transitions) -> Result<Vec<Comparison>> {
+pub fn check_replay_insert_on(
+    gpu: &Gpu,
+    st: &ReplayState,
+    batch: &Transitions,
+) -> Result<Vec<Comparison>> {
     let mut buf = ReplayBuffer::new(gpu, &st.cfg, batch.len().max(1))?;
     buf.upload_state(st)?;
     buf.insert_host(batch)?;
@@ -169,20 +194,30 @@ pub fn check_replay_gather(gpu: &Gpu, case: &ReplayCase) -> Result<Vec<Compariso
     let mut rng = ChaCha8Rng::seed_from_u64(case.seed);
     let cfg = case.config();
     let st = random_state(&cfg, &mut rng);
-    let indices: Vec<u32> = (0..cfg.batch).map(|_| rng.gen_range(0..st.ctl.size)).collect();
+    let indices: Vec<u32> = (0..cfg.batch)
+        .map(|_| rng.gen_range(0..st.ctl.size))
+        .collect();
     let mut buf = ReplayBuffer::new(gpu, &cfg, 1)?;
     buf.upload_state(&st)?;
     buf.poison_outputs()?;
     buf.set_indices(&indices)?;
     buf.gather()?;
     let got = buf.batch.download(&gpu.stream)?;
-    Ok(compare_transitions(&got, &replay_spec::replay_gather(&st, &indices)))
+    Ok(compare_transitions(
+        &got,
+        &replay_spec::replay_gather(&st, &indices),
+    ))
 }
 
 /// `replay_update_priorities` of `indices` with `td_abs` on `st`: leaves within REPLAY_PRIORITY
 /// (the last occurrence of a repeated index winning), every internal node bitwise the sum of
 /// its children, max priority within REPLAY_PRIORITY, the scratch left all zero.
-pub fn check_replay_update_priorities_on(gpu: &Gpu, st: &ReplayState, indices: &[u32], td_abs: &[f32]) -> Result<Vec<Comparison>> {
+pub fn check_replay_update_priorities_on(
+    gpu: &Gpu,
+    st: &ReplayState,
+    indices: &[u32],
+    td_abs: &[f32],
+) -> Result<Vec<Comparison>> {
     let mut buf = ReplayBuffer::new(gpu, &st.cfg, 1)?;
     buf.upload_state(st)?;
     buf.set_indices(indices)?;
@@ -198,14 +233,26 @@ pub fn check_replay_update_priorities_on(gpu: &Gpu, st: &ReplayState, indices: &
     for (&i, &pj) in indices.iter().zip(&p) {
         want_leaves[i as usize] = pj;
     }
-    let want_max = p.iter().copied().fold(f64::from(st.ctl.max_priority), f64::max);
+    let want_max = p
+        .iter()
+        .copied()
+        .fold(f64::from(st.ctl.max_priority), f64::max);
     let mut rebuilt = tree.clone();
     sum_tree_build(&mut rebuilt);
     Ok(vec![
         compare_f32("leaves", leaves_of(&tree), &want_leaves, REPLAY_PRIORITY),
         compare_bitwise("tree", &tree, &rebuilt),
-        compare_f32("max_priority", &[ctl.max_priority], &[want_max], REPLAY_PRIORITY),
-        compare_exact("ctl", &[ctl.cursor, ctl.size, ctl.sample_step], &[want.ctl.cursor, want.ctl.size, want.ctl.sample_step]),
+        compare_f32(
+            "max_priority",
+            &[ctl.max_priority],
+            &[want_max],
+            REPLAY_PRIORITY,
+        ),
+        compare_exact(
+            "ctl",
+            &[ctl.cursor, ctl.size, ctl.sample_step],
+            &[want.ctl.cursor, want.ctl.size, want.ctl.sample_step],
+        ),
         compare_exact("winner_scratch", &winner, &vec![0; winner.len()]),
     ])
 }
@@ -218,15 +265,26 @@ pub fn check_replay_update_priorities(gpu: &Gpu, case: &ReplayCase) -> Result<Ve
     let mut indices: Vec<u32> = Vec::with_capacity(cfg.batch);
     for j in 0..cfg.batch {
         let repeat = j > 0 && rng.gen_bool(0.25);
-        indices.push(if repeat { indices[rng.gen_range(0..j)] } else { rng.gen_range(0..st.ctl.size) });
+        indices.push(if repeat {
+            indices[rng.gen_range(0..j)]
+        } else {
+            rng.gen_range(0..st.ctl.size)
+        });
     }
-    let td: Vec<f32> = (0..cfg.batch).map(|_| 10f32.powf(rng.gen_range(-4.0..1.0))).collect();
+    let td: Vec<f32> = (0..cfg.batch)
+        .map(|_| 10f32.powf(rng.gen_range(-4.0..1.0)))
+        .collect();
     check_replay_update_priorities_on(gpu, &st, &indices, &td)
 }
 
 /// Pearson's chi-square statistic of observed counts against expected counts.
 pub fn chi_square(counts: &[u64], expected: &[f64]) -> f64 {
-    counts.iter().zip(expected).filter(|(_, &e)| e > 0.0).map(|(&o, &e)| (o as f64 - e).powi(2) / e).sum()
+    counts
+        .iter()
+        .zip(expected)
+        .filter(|(_, &e)| e > 0.0)
+        .map(|(&o, &e)| (o as f64 - e).powi(2) / e)
+        .sum()
 }
 
 /// Upper critical value of chi-square with `dof` degrees of freedom at standard-normal

@@ -11,11 +11,13 @@
 
 use super::merge_step;
 use crate::error::Result;
-use crate::reward::{RewardPipeline, RewardPath};
+use crate::reward::{RewardPath, RewardPipeline};
 use crate::runtime::Gpu;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tallyho_oracle::reward::{reward_step, reward_stage, RewardConfig, RewardEnvs, RewardGlobal, RewardOut, Stage};
+use tallyho_oracle::reward::{
+    reward_stage, reward_step, RewardConfig, RewardEnvs, RewardGlobal, RewardOut, Stage,
+};
 use tallyho_oracle::tolerance::{reward_dispersion, reward_ema_drift, REWARD_REDUCTION};
 use tallyho_oracle::{compare_bitwise, compare_exact, compare_f32, Comparison};
 
@@ -40,12 +42,20 @@ impl Mix {
 
 /// Fast rates, so that a few steps move every EMA and both controllers.
 pub fn check_config() -> RewardConfig {
-    RewardConfig { ema_rate: 0.2, scale_gain: 0.2, hold_gain: 0.2, ..RewardConfig::default() }
+    RewardConfig {
+        ema_rate: 0.2,
+        scale_gain: 0.2,
+        hold_gain: 0.2,
+        ..RewardConfig::default()
+    }
 }
 
 /// [`check_config`] with the differential Sharpe ratio option on (eta 0.05).
 pub fn check_config_with_dsr() -> RewardConfig {
-    RewardConfig { dsr_eta: 0.05, ..check_config() }
+    RewardConfig {
+        dsr_eta: 0.05,
+        ..check_config()
+    }
 }
 
 /// Both configs every reward check runs: the differential Sharpe ratio off and on.
@@ -68,7 +78,13 @@ pub struct Trades {
 
 impl Trades {
     pub fn new(n: usize, mix: Mix, seed: u64) -> Self {
-        Trades { mix, rng: ChaCha8Rng::seed_from_u64(seed), t: 0, pnl: vec![0.0; n], position: vec![0; n] }
+        Trades {
+            mix,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            t: 0,
+            pnl: vec![0.0; n],
+            position: vec![0; n],
+        }
     }
 
     pub fn advance(&mut self) {
@@ -118,7 +134,11 @@ pub fn compare_out(got: &RewardOut, want: &RewardOut, with_work: bool) -> Vec<Co
 pub fn compare_envs(got: &RewardEnvs, want: &RewardEnvs) -> Vec<Comparison> {
     vec![
         compare_exact("prev_position", &got.prev_position, &want.prev_position),
-        compare_exact("steps_since_done", &got.steps_since_done, &want.steps_since_done),
+        compare_exact(
+            "steps_since_done",
+            &got.steps_since_done,
+            &want.steps_since_done,
+        ),
         compare_bitwise("outcome_ema", &got.outcome_ema, &want.outcome_ema),
         compare_bitwise("dsr_a", &got.dsr_a, &want.dsr_a),
         compare_bitwise("dsr_b", &got.dsr_b, &want.dsr_b),
@@ -142,11 +162,20 @@ pub fn compare_global(
     let mut out = Vec::new();
     if ran(Stage::Ema) {
         let want64 = emas(want).map(f64::from);
-        out.push(compare_f32("global EMAs", &emas(got), &want64, REWARD_REDUCTION));
+        out.push(compare_f32(
+            "global EMAs",
+            &emas(got),
+            &want64,
+            REWARD_REDUCTION,
+        ));
     } else {
         out.push(compare_bitwise("global EMAs", &emas(got), &emas(want)));
     }
-    out.push(compare_bitwise("global dones, updates", &[got.dones, got.updates], &[want.dones, want.updates]));
+    out.push(compare_bitwise(
+        "global dones, updates",
+        &[got.dones, got.updates],
+        &[want.dones, want.updates],
+    ));
     let controlled = if ran(Stage::Controllers) {
         let mut mid = RewardGlobal {
             ema_duration: got.ema_duration,
@@ -157,7 +186,15 @@ pub fn compare_global(
             ..*before
         };
         let mut none = RewardEnvs::new(0);
-        reward_stage(Stage::Controllers, cfg, &[], &[], &mut none, &mut mid, &mut RewardOut::new(0));
+        reward_stage(
+            Stage::Controllers,
+            cfg,
+            &[],
+            &[],
+            &mut none,
+            &mut mid,
+            &mut RewardOut::new(0),
+        );
         mid
     } else {
         *want
@@ -169,9 +206,18 @@ pub fn compare_global(
     ));
     if ran(Stage::Dispersion) {
         let tol = reward_dispersion(rewards, cfg.dispersion_floor);
-        out.push(compare_f32("global dispersion", &[got.dispersion], &[f64::from(want.dispersion)], tol));
+        out.push(compare_f32(
+            "global dispersion",
+            &[got.dispersion],
+            &[f64::from(want.dispersion)],
+            tol,
+        ));
     } else {
-        out.push(compare_bitwise("global dispersion", &[got.dispersion], &[want.dispersion]));
+        out.push(compare_bitwise(
+            "global dispersion",
+            &[got.dispersion],
+            &[want.dispersion],
+        ));
     }
     out
 }
@@ -179,7 +225,14 @@ pub fn compare_global(
 /// Each stage of the chain alone: the oracle runs `warm` whole steps and the stages before
 /// `stage` of the next, the GPU starts from that state and those buffers and launches
 /// `stage`'s kernel(s) only; every buffer and the state compared after.
-pub fn check_stage(gpu: &Gpu, cfg: &RewardConfig, stage: Stage, n: usize, mix: Mix, seed: u64) -> Result<Vec<Comparison>> {
+pub fn check_stage(
+    gpu: &Gpu,
+    cfg: &RewardConfig,
+    stage: Stage,
+    n: usize,
+    mix: Mix,
+    seed: u64,
+) -> Result<Vec<Comparison>> {
     let mut trades = Trades::new(n, mix, seed);
     let (mut envs, mut global) = (RewardEnvs::new(n), RewardGlobal::new(cfg));
     // Three warm steps (opens, then at least one close under every mix but NoDones).
@@ -191,19 +244,45 @@ pub fn check_stage(gpu: &Gpu, cfg: &RewardConfig, stage: Stage, n: usize, mix: M
     let mut out = RewardOut::new(n);
     // The stages before `stage` fill the step buffers it reads.
     for s in Stage::ALL.into_iter().take_while(|&s| s != stage) {
-        reward_stage(s, cfg, &trades.pnl, &trades.position, &mut envs, &mut global, &mut out);
+        reward_stage(
+            s,
+            cfg,
+            &trades.pnl,
+            &trades.position,
+            &mut envs,
+            &mut global,
+            &mut out,
+        );
     }
     let mut chain = RewardPipeline::new(gpu, cfg, n)?;
     chain.upload_state(&envs, &global)?;
     chain.upload_out(&out)?;
-    let (dr, dp) = (gpu.stream.clone_htod(&trades.pnl)?, gpu.stream.clone_htod(&trades.position)?);
+    let (dr, dp) = (
+        gpu.stream.clone_htod(&trades.pnl)?,
+        gpu.stream.clone_htod(&trades.position)?,
+    );
     chain.stage(stage, &dr, &dp)?;
     let before = global;
-    reward_stage(stage, cfg, &trades.pnl, &trades.position, &mut envs, &mut global, &mut out);
+    reward_stage(
+        stage,
+        cfg,
+        &trades.pnl,
+        &trades.position,
+        &mut envs,
+        &mut global,
+        &mut out,
+    );
     let (genvs, gglobal) = chain.download_state()?;
     let mut c = compare_out(&chain.read_out()?, &out, true);
     c.extend(compare_envs(&genvs, &envs));
-    c.extend(compare_global(cfg, &[stage], &before, &gglobal, &global, &out.reward));
+    c.extend(compare_global(
+        cfg,
+        &[stage],
+        &before,
+        &gglobal,
+        &global,
+        &out.reward,
+    ));
     Ok(fold_unchanged(stage, c))
 }
 
@@ -226,13 +305,20 @@ fn writes(stage: Stage) -> &'static [&'static str] {
 /// One row per output `stage` writes; the buffers it must leave alone folded into one
 /// passing row (a failing one keeps its own row and name).
 fn fold_unchanged(stage: Stage, c: Vec<Comparison>) -> Vec<Comparison> {
-    let (mut out, rest): (Vec<_>, Vec<_>) = c.into_iter().partition(|c| writes(stage).contains(&c.output.as_str()));
+    let (mut out, rest): (Vec<_>, Vec<_>) = c
+        .into_iter()
+        .partition(|c| writes(stage).contains(&c.output.as_str()));
     let mut unchanged: Option<Comparison> = None;
     for r in rest {
         match &mut unchanged {
             _ if !r.passed() => out.push(r),
             Some(u) => u.merge(&r),
-            None => unchanged = Some(Comparison { output: "every other buffer and state word, unchanged".into(), ..r }),
+            None => {
+                unchanged = Some(Comparison {
+                    output: "every other buffer and state word, unchanged".into(),
+                    ..r
+                })
+            }
         }
     }
     out.extend(unchanged);
@@ -258,7 +344,10 @@ pub fn check_steps(
     let mut c = Vec::new();
     for t in 0..steps {
         trades.advance();
-        let (dr, dp) = (gpu.stream.clone_htod(&trades.pnl)?, gpu.stream.clone_htod(&trades.position)?);
+        let (dr, dp) = (
+            gpu.stream.clone_htod(&trades.pnl)?,
+            gpu.stream.clone_htod(&trades.position)?,
+        );
         if path == RewardPath::Fused {
             gpu.stream.memcpy_htod(&poison, chain.work())?;
         }
@@ -268,12 +357,27 @@ pub fn check_steps(
         let (got, (genvs, gglobal)) = (chain.read_out()?, chain.download_state()?);
         let mut step = compare_out(&got, &want, path == RewardPath::Unfused);
         if path == RewardPath::Fused {
-            step.push(compare_bitwise("chain work buffer still poison", &got.work, &poison));
+            step.push(compare_bitwise(
+                "chain work buffer still poison",
+                &got.work,
+                &poison,
+            ));
         }
         step.extend(compare_envs(&genvs, &envs));
-        step.extend(compare_global(cfg, &Stage::ALL, &before, &gglobal, &global, &want.reward));
+        step.extend(compare_global(
+            cfg,
+            &Stage::ALL,
+            &before,
+            &gglobal,
+            &global,
+            &want.reward,
+        ));
         if mix == Mix::AllDones && t % 2 == 1 {
-            step.push(compare_bitwise("every env closed", &[gglobal.dones], &[n as f32]));
+            step.push(compare_bitwise(
+                "every env closed",
+                &[gglobal.dones],
+                &[n as f32],
+            ));
         }
         merge_step(&mut c, t, step);
         global = gglobal;
@@ -283,13 +387,25 @@ pub fn check_steps(
 
 /// The fused kernel against the chain on the same inputs: every output and the whole
 /// state bitwise at every step (the same sums in the same trees, the same updates).
-pub fn check_fused_vs_unfused(gpu: &Gpu, cfg: &RewardConfig, n: usize, steps: usize, seed: u64) -> Result<Vec<Comparison>> {
+pub fn check_fused_vs_unfused(
+    gpu: &Gpu,
+    cfg: &RewardConfig,
+    n: usize,
+    steps: usize,
+    seed: u64,
+) -> Result<Vec<Comparison>> {
     let mut trades = Trades::new(n, Mix::Mixed, seed);
-    let (mut a, mut b) = (RewardPipeline::new(gpu, cfg, n)?, RewardPipeline::new(gpu, cfg, n)?);
+    let (mut a, mut b) = (
+        RewardPipeline::new(gpu, cfg, n)?,
+        RewardPipeline::new(gpu, cfg, n)?,
+    );
     let mut c = Vec::new();
     for t in 0..steps {
         trades.advance();
-        let (dr, dp) = (gpu.stream.clone_htod(&trades.pnl)?, gpu.stream.clone_htod(&trades.position)?);
+        let (dr, dp) = (
+            gpu.stream.clone_htod(&trades.pnl)?,
+            gpu.stream.clone_htod(&trades.position)?,
+        );
         a.step(RewardPath::Unfused, &dr, &dp)?;
         b.step(RewardPath::Fused, &dr, &dp)?;
         merge_step(&mut c, t, compare_bitwise_all(&a, &b, false)?);
@@ -298,7 +414,11 @@ pub fn check_fused_vs_unfused(gpu: &Gpu, cfg: &RewardConfig, n: usize, steps: us
 }
 
 /// Everything two pipelines hold, bitwise: outputs (with `work` if asked), state, global.
-fn compare_bitwise_all(want: &RewardPipeline, got: &RewardPipeline, with_work: bool) -> Result<Vec<Comparison>> {
+fn compare_bitwise_all(
+    want: &RewardPipeline,
+    got: &RewardPipeline,
+    with_work: bool,
+) -> Result<Vec<Comparison>> {
     let ((ew, gw), (eg, gg)) = (want.download_state()?, got.download_state()?);
     let mut c = compare_out(&got.read_out()?, &want.read_out()?, with_work);
     c.extend(compare_envs(&eg, &ew));
@@ -309,9 +429,19 @@ fn compare_bitwise_all(want: &RewardPipeline, got: &RewardPipeline, with_work: b
 /// `path` eagerly on one pipeline and through its graph slot on another, over the same
 /// input buffers rewritten each step: bitwise equal at every step; the graph is in replay
 /// from the third step on and holds exactly the path's launches (1 fused, 12 chained).
-pub fn check_graph(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, steps: usize, seed: u64) -> Result<Vec<Comparison>> {
+pub fn check_graph(
+    gpu: &Gpu,
+    cfg: &RewardConfig,
+    path: RewardPath,
+    n: usize,
+    steps: usize,
+    seed: u64,
+) -> Result<Vec<Comparison>> {
     let mut trades = Trades::new(n, Mix::Mixed, seed);
-    let (mut eager, mut graphed) = (RewardPipeline::new(gpu, cfg, n)?, RewardPipeline::new(gpu, cfg, n)?);
+    let (mut eager, mut graphed) = (
+        RewardPipeline::new(gpu, cfg, n)?,
+        RewardPipeline::new(gpu, cfg, n)?,
+    );
     let mut dr = gpu.stream.alloc_zeros::<f32>(n)?;
     let mut dp = gpu.stream.alloc_zeros::<i32>(n)?;
     let mut c = Vec::new();
@@ -321,14 +451,22 @@ pub fn check_graph(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, st
         gpu.stream.memcpy_htod(&trades.position, &mut dp)?;
         eager.step(path, &dr, &dp)?;
         graphed.step_graphed(path, &dr, &dp)?;
-        merge_step(&mut c, t, compare_bitwise_all(&eager, &graphed, path == RewardPath::Unfused)?);
+        merge_step(
+            &mut c,
+            t,
+            compare_bitwise_all(&eager, &graphed, path == RewardPath::Unfused)?,
+        );
     }
     let launches = match path {
         RewardPath::Unfused => 12,
         RewardPath::Fused => 1,
     };
     let nodes = graphed.graph_nodes(path)?.unwrap_or(0);
-    c.push(compare_exact("kernel launches in the captured step", &[nodes as u32], &[launches]));
+    c.push(compare_exact(
+        "kernel launches in the captured step",
+        &[nodes as u32],
+        &[launches],
+    ));
     Ok(c)
 }
 
@@ -336,7 +474,14 @@ pub fn check_graph(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, st
 /// the three global EMAs at every step within `reward_ema_drift` of the oracle's, the
 /// counts exact, the per-env state bitwise at the end. (Scale, hold bonus and rewards are
 /// not compared: they follow the EMAs through the controllers, so they drift with them.)
-pub fn check_drift(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, steps: usize, seed: u64) -> Result<Vec<Comparison>> {
+pub fn check_drift(
+    gpu: &Gpu,
+    cfg: &RewardConfig,
+    path: RewardPath,
+    n: usize,
+    steps: usize,
+    seed: u64,
+) -> Result<Vec<Comparison>> {
     let mut trades = Trades::new(n, Mix::Mixed, seed);
     let mut chain = RewardPipeline::new(gpu, cfg, n)?;
     let (mut envs, mut global) = (RewardEnvs::new(n), RewardGlobal::new(cfg));
@@ -344,13 +489,20 @@ pub fn check_drift(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, st
     let (mut got_counts, mut want_counts) = (vec![], vec![]);
     for _ in 0..steps {
         trades.advance();
-        let (dr, dp) = (gpu.stream.clone_htod(&trades.pnl)?, gpu.stream.clone_htod(&trades.position)?);
+        let (dr, dp) = (
+            gpu.stream.clone_htod(&trades.pnl)?,
+            gpu.stream.clone_htod(&trades.position)?,
+        );
         chain.step(path, &dr, &dp)?;
         reward_step(cfg, &trades.pnl, &trades.position, &mut envs, &mut global);
         let g = chain.download_state()?.1;
-        for (j, (x, y)) in [(g.ema_duration, global.ema_duration), (g.ema_abs_pnl, global.ema_abs_pnl), (g.ema_outcome, global.ema_outcome)]
-            .into_iter()
-            .enumerate()
+        for (j, (x, y)) in [
+            (g.ema_duration, global.ema_duration),
+            (g.ema_abs_pnl, global.ema_abs_pnl),
+            (g.ema_outcome, global.ema_outcome),
+        ]
+        .into_iter()
+        .enumerate()
         {
             got[j].push(x);
             want[j].push(f64::from(y));
@@ -359,11 +511,23 @@ pub fn check_drift(gpu: &Gpu, cfg: &RewardConfig, path: RewardPath, n: usize, st
         want_counts.extend([global.dones, global.updates]);
     }
     let mut c = Vec::new();
-    for (j, name) in ["ema_duration", "ema_abs_pnl", "ema_outcome"].into_iter().enumerate() {
+    for (j, name) in ["ema_duration", "ema_abs_pnl", "ema_outcome"]
+        .into_iter()
+        .enumerate()
+    {
         let m = want[j].iter().fold(0.0f64, |m, x| m.max(x.abs())) * (1.0 + 1e-6);
-        c.push(compare_f32(&format!("{name} over {steps} steps"), &got[j], &want[j], reward_ema_drift(m, cfg.ema_rate)));
+        c.push(compare_f32(
+            &format!("{name} over {steps} steps"),
+            &got[j],
+            &want[j],
+            reward_ema_drift(m, cfg.ema_rate),
+        ));
     }
-    c.push(compare_bitwise(&format!("dones, updates over {steps} steps"), &got_counts, &want_counts));
+    c.push(compare_bitwise(
+        &format!("dones, updates over {steps} steps"),
+        &got_counts,
+        &want_counts,
+    ));
     c.extend(compare_envs(&chain.download_state()?.0, &envs));
     Ok(c)
 }

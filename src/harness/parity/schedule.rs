@@ -10,7 +10,9 @@ use tallyho_oracle::{compare_bitwise, Comparison};
 pub fn gpu_rates(gpu: &Gpu, s: &EpsilonSchedule, steps: u32) -> Result<Vec<f32>> {
     let mut eps = Epsilon::new(gpu, s.start)?;
     eps.set_schedule(s)?;
-    (0..steps).map(|_| eps.advance().and_then(|_| eps.read())).collect()
+    (0..steps)
+        .map(|_| eps.advance().and_then(|_| eps.read()))
+        .collect()
 }
 
 /// The oracle's rates of the same steps.
@@ -20,6 +22,14 @@ pub fn oracle_rates(s: &EpsilonSchedule, steps: u32) -> Vec<f32> {
 
 /// `schedule_epsilon` launched `steps` times on `s` against the oracle's rate of each step:
 /// bitwise (the same float operations, each rounded to nearest).
-pub fn check_schedule_epsilon(gpu: &Gpu, s: &EpsilonSchedule, steps: u32) -> Result<Vec<Comparison>> {
-    Ok(vec![compare_bitwise("epsilon", &gpu_rates(gpu, s, steps)?, &oracle_rates(s, steps))])
+pub fn check_schedule_epsilon(
+    gpu: &Gpu,
+    s: &EpsilonSchedule,
+    steps: u32,
+) -> Result<Vec<Comparison>> {
+    Ok(vec![compare_bitwise(
+        "epsilon",
+        &gpu_rates(gpu, s, steps)?,
+        &oracle_rates(s, steps),
+    )])
 }

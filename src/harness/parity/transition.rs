@@ -14,7 +14,9 @@ use rand_chacha::ChaCha8Rng;
 use tallyho_oracle::action::{ACTION_BRANCHES, BRANCH_COUNT};
 use tallyho_oracle::replay::Transitions;
 use tallyho_oracle::tolerance::TRANSITION;
-use tallyho_oracle::transition::{transition_assemble, StepInputs, TransitionConfig, TransitionRing};
+use tallyho_oracle::transition::{
+    transition_assemble, StepInputs, TransitionConfig, TransitionRing,
+};
 use tallyho_oracle::{compare_bitwise, compare_exact, Comparison};
 
 /// Sizes, seed and episode-end rate of one assembly case.
@@ -33,7 +35,10 @@ pub struct TransitionCase {
 
 impl TransitionCase {
     pub fn config(&self) -> TransitionConfig {
-        TransitionConfig { n: self.n, gamma: self.gamma }
+        TransitionConfig {
+            n: self.n,
+            gamma: self.gamma,
+        }
     }
 
     /// A random case: N 1..=300 (not a multiple of the block), S 1..=12, n 1..=6, gamma in
@@ -76,24 +81,49 @@ impl HostStep {
 /// A random step of `envs` envs: states in [-2, 2), actions in their branch ranges, rewards
 /// in [-1, 1), a reason 1..=4 with probability `end_rate` (uniform over the four), else 0.
 pub fn random_step(rng: &mut impl Rng, envs: usize, state_dim: usize, end_rate: f64) -> HostStep {
-    let mut uniform = |n: usize, lo: f32, hi: f32| -> Vec<f32> { (0..n).map(|_| rng.gen_range(lo..hi)).collect() };
+    let mut uniform = |n: usize, lo: f32, hi: f32| -> Vec<f32> {
+        (0..n).map(|_| rng.gen_range(lo..hi)).collect()
+    };
     let states = uniform(envs * state_dim, -2.0, 2.0);
     let next_states = uniform(envs * state_dim, -2.0, 2.0);
     let rewards = uniform(envs, -1.0, 1.0);
-    let actions = (0..envs * BRANCH_COUNT).map(|k| rng.gen_range(0..ACTION_BRANCHES[k % BRANCH_COUNT] as i32)).collect();
-    let reasons = (0..envs).map(|_| if rng.gen_bool(end_rate) { rng.gen_range(1..=4) } else { 0 }).collect();
-    HostStep { states, actions, rewards, next_states, reasons }
+    let actions = (0..envs * BRANCH_COUNT)
+        .map(|k| rng.gen_range(0..ACTION_BRANCHES[k % BRANCH_COUNT] as i32))
+        .collect();
+    let reasons = (0..envs)
+        .map(|_| {
+            if rng.gen_bool(end_rate) {
+                rng.gen_range(1..=4)
+            } else {
+                0
+            }
+        })
+        .collect();
+    HostStep {
+        states,
+        actions,
+        rewards,
+        next_states,
+        reasons,
+    }
 }
 
 /// The steps of a case, in order.
 pub fn case_steps(case: &TransitionCase) -> Vec<HostStep> {
     let mut rng = ChaCha8Rng::seed_from_u64(case.seed);
-    (0..case.steps).map(|_| random_step(&mut rng, case.envs, case.state_dim, case.end_rate)).collect()
+    (0..case.steps)
+        .map(|_| random_step(&mut rng, case.envs, case.state_dim, case.end_rate))
+        .collect()
 }
 
 /// The declared tolerance of the stage on each comparison (all of them bitwise).
 fn declared(c: Vec<Comparison>) -> Vec<Comparison> {
-    c.into_iter().map(|c| Comparison { tolerance: TRANSITION, ..c }).collect()
+    c.into_iter()
+        .map(|c| Comparison {
+            tolerance: TRANSITION,
+            ..c
+        })
+        .collect()
 }
 
 /// The ring compared bitwise, field by field.
@@ -169,18 +199,26 @@ pub fn gpu_steps(gpu: &Gpu, ring: &TransitionRing, steps: &[HostStep]) -> Result
         inputs.fill(gpu, h)?;
         asm.poison_out()?;
         let emitted = asm.assemble(&inputs.step())?;
-        out.push(GpuStep { emitted, out: asm.download_out()?, ring: asm.download_ring()? });
+        out.push(GpuStep {
+            emitted,
+            out: asm.download_out()?,
+            ring: asm.download_ring()?,
+        });
     }
     Ok(out)
 }
 
 /// The oracle's rows (None where it emits nothing) and ring after each of `steps` from `ring`.
-pub fn oracle_steps(ring: &TransitionRing, steps: &[HostStep]) -> Result<Vec<(Option<Transitions>, TransitionRing)>> {
+pub fn oracle_steps(
+    ring: &TransitionRing,
+    steps: &[HostStep],
+) -> Result<Vec<(Option<Transitions>, TransitionRing)>> {
     let mut r = ring.clone();
     steps
         .iter()
         .map(|h| {
-            let rows = transition_assemble(&mut r, &h.inputs()).map_err(|e| Error::Shape(e.to_string()))?;
+            let rows = transition_assemble(&mut r, &h.inputs())
+                .map_err(|e| Error::Shape(e.to_string()))?;
             Ok((rows, r.clone()))
         })
         .collect()
@@ -188,16 +226,27 @@ pub fn oracle_steps(ring: &TransitionRing, steps: &[HostStep]) -> Result<Vec<(Op
 
 /// One launch's outputs against the oracle's: the rows bitwise where the oracle emitted (and
 /// the host said so), the poison untouched where it did not; the ring bitwise.
-pub fn compare_step(got: &GpuStep, want: &(Option<Transitions>, TransitionRing)) -> Vec<Comparison> {
-    let mut c = vec![compare_exact("emitted", &[u32::from(got.emitted)], &[u32::from(want.0.is_some())])];
+pub fn compare_step(
+    got: &GpuStep,
+    want: &(Option<Transitions>, TransitionRing),
+) -> Vec<Comparison> {
+    let mut c = vec![compare_exact(
+        "emitted",
+        &[u32::from(got.emitted)],
+        &[u32::from(want.0.is_some())],
+    )];
     match &want.0 {
         Some(rows) => c.extend(compare_transitions(&got.out, rows)),
         None => {
             let poison = poison_rows(got.ring.envs, got.ring.state_dim);
-            c.extend(compare_transitions(&got.out, &poison).into_iter().map(|mut x| {
-                x.output = format!("{} (unwritten before step n - 1)", x.output);
-                x
-            }));
+            c.extend(
+                compare_transitions(&got.out, &poison)
+                    .into_iter()
+                    .map(|mut x| {
+                        x.output = format!("{} (unwritten before step n - 1)", x.output);
+                        x
+                    }),
+            );
         }
     }
     c.extend(compare_rings(&got.ring, &want.1));
@@ -206,7 +255,11 @@ pub fn compare_step(got: &GpuStep, want: &(Option<Transitions>, TransitionRing))
 
 /// `transition_assemble` from `ring` over `steps` against the oracle, every step: one row
 /// per output across the steps, a failing one named with its first failing step.
-pub fn check_transition_assemble_on(gpu: &Gpu, ring: &TransitionRing, steps: &[HostStep]) -> Result<Vec<Comparison>> {
+pub fn check_transition_assemble_on(
+    gpu: &Gpu,
+    ring: &TransitionRing,
+    steps: &[HostStep],
+) -> Result<Vec<Comparison>> {
     let got = gpu_steps(gpu, ring, steps)?;
     let want = oracle_steps(ring, steps)?;
     let mut out = Vec::new();
@@ -248,25 +301,41 @@ pub fn check_transition_graph(gpu: &Gpu, case: &TransitionCase) -> Result<Vec<Co
             crate::graph::address(s, step.next_states),
             crate::graph::address(s, step.reasons),
         ]);
-        slot.run(s, Binding::of(&words), || graphed.assemble(&step).map(|_| ()))?;
+        slot.run(s, Binding::of(&words), || {
+            graphed.assemble(&step).map(|_| ())
+        })?;
         let (e_out, g_out) = (eager.download_out()?, graphed.download_out()?);
         let (e_ring, g_ring) = (eager.download_ring()?, graphed.download_ring()?);
-        let mut c: Vec<Comparison> = compare_transitions(&g_out, &e_out).into_iter().map(|mut x| {
-            x.output = format!("{} (graph vs eager)", x.output);
-            x
-        }).collect();
+        let mut c: Vec<Comparison> = compare_transitions(&g_out, &e_out)
+            .into_iter()
+            .map(|mut x| {
+                x.output = format!("{} (graph vs eager)", x.output);
+                x
+            })
+            .collect();
         c.extend(compare_rings(&g_ring, &e_ring).into_iter().map(|mut x| {
             x.output = format!("{} (graph vs eager)", x.output);
             x
         }));
         if w.0.is_some() {
-            c.extend(compare_step(&GpuStep { emitted, out: e_out, ring: e_ring }, w));
+            c.extend(compare_step(
+                &GpuStep {
+                    emitted,
+                    out: e_out,
+                    ring: e_ring,
+                },
+                w,
+            ));
         } else {
             c.extend(compare_rings(&e_ring, &w.1));
         }
         merge_step(&mut out, t, c);
     }
     let replayed = slot.phase() == crate::graph::Phase::Replay || steps.len() < 3;
-    out.push(compare_exact("graph replayed from step 2 on", &[u32::from(replayed)], &[1]));
+    out.push(compare_exact(
+        "graph replayed from step 2 on",
+        &[u32::from(replayed)],
+        &[1],
+    ));
     Ok(out)
 }

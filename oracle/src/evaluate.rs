@@ -1,0 +1,142 @@
+//! Evaluation of a policy on a market split, deterministic: N envs stepped by the
+//! environment's own stages (fill, barriers, auto-reset) with the policy's actions, every
+//! ended episode's net PnL (fills and exits, after commissions) collected. The policies:
+//! the greedy policy of a Q-network (epsilon 0), the uniformly random policy (epsilon 1,
+//! the same Philox draws as the trainer's exploration), and the `Planted` rule that holds
+//! one contract in the direction of a feature's sign (the known answer on a market whose
+//! generator plants that feature's predictive power).
+
+use crate::action::{BRANCH_COUNT, BUY, HOLD, MARKET, SELL};
+use crate::env::{
+    action_select, barriers, fill_step, state_gather, EnvConfig, EnvMarket, EnvState, Split,
+};
+use crate::qnet::{branch_rows, forward, QNetConfig};
+
+/// Who picks the actions.
+#[derive(Clone, Copy, Debug)]
+pub enum Policy<'a> {
+    /// argmax of each branch's Q-values of `params`.
+    Greedy {
+        cfg: &'a QNetConfig,
+        params: &'a [f32],
+    },
+    /// Uniform over each branch (Philox, as exploration).
+    Random,
+    /// Target position sign(feature `feature` of the bar) contracts (one), by market orders;
+    /// flat where the feature is within `dead_band` of 0.
+    Planted { feature: usize, dead_band: f32 },
+}
+
+/// What an evaluation measured.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Evaluation {
+    pub episodes: usize,
+    /// Mean net PnL per ended episode (account currency) and its standard error.
+    pub mean_pnl: f64,
+    pub std_error: f64,
+    /// Sum over ended episodes.
+    pub total_pnl: f64,
+    /// Filled orders.
+    pub fills: usize,
+    /// Env steps run.
+    pub env_steps: usize,
+}
+
+impl Evaluation {
+    /// `mean / std_error`: how many standard errors the mean PnL is from 0.
+    pub fn z(&self) -> f64 {
+        if self.std_error > 0.0 {
+            self.mean_pnl / self.std_error
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Actions of the planted rule for env n: buy or sell the difference to the target.
+fn planted_actions(m: &EnvMarket, st: &EnvState, feature: usize, dead_band: f32) -> Vec<i32> {
+    let mut out = Vec::with_capacity(st.len() * BRANCH_COUNT);
+    for n in 0..st.len() {
+        let x = m.features[st.bar[n] as usize * m.feature_dim + feature];
+        let target = if x > dead_band {
+            1
+        } else if x < -dead_band {
+            -1
+        } else {
+            0
+        };
+        let q = target - st.position[n];
+        let (side, size) = match q.signum() {
+            1 => (BUY, q - 1),
+            -1 => (SELL, -q - 1),
+            _ => (HOLD, 0),
+        };
+        out.extend_from_slice(&[side, size, MARKET]);
+    }
+    out
+}
+
+/// Run `policy` on `split` of `m` for `steps` steps of `cfg.envs` envs (from the envs'
+/// Philox starts with `cfg.seed`), collecting every ended episode's net PnL.
+pub fn evaluate(
+    cfg: &EnvConfig,
+    branches: &[usize],
+    m: &EnvMarket,
+    split: Split,
+    policy: Policy,
+    steps: usize,
+) -> Evaluation {
+    let mut st = EnvState::new(cfg, split);
+    let mut running = vec![0.0f64; cfg.envs];
+    let mut ended: Vec<f64> = Vec::new();
+    let mut fills = 0;
+    for _ in 0..steps {
+        let actions = match policy {
+            Policy::Greedy { cfg: q, params } => {
+                let states = state_gather(cfg, m, &st);
+                let f = forward(q, params, &states);
+                let rows: Vec<f32> = branch_rows(q, &f.q, st.len(), 1)
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect();
+                action_select(cfg.seed, branches, 0.0, &rows, &st)
+            }
+            Policy::Random => action_select(
+                cfg.seed,
+                branches,
+                1.0,
+                &vec![0.0; st.len() * branches.iter().sum::<usize>()],
+                &st,
+            ),
+            Policy::Planted { feature, dead_band } => planted_actions(m, &st, feature, dead_band),
+        };
+        let f = fill_step(cfg, m, &mut st, &actions);
+        fills += f.filled.iter().filter(|&&x| x == 1).count();
+        let out = barriers(cfg, m, split, &mut st, &f.net_before);
+        for n in 0..cfg.envs {
+            running[n] += f64::from(out.pnl[n]);
+            if out.done[n] == 1.0 {
+                ended.push(std::mem::take(&mut running[n]));
+            }
+        }
+    }
+    let k = ended.len();
+    let mean = if k > 0 {
+        ended.iter().sum::<f64>() / k as f64
+    } else {
+        0.0
+    };
+    let var = if k > 1 {
+        ended.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (k - 1) as f64
+    } else {
+        0.0
+    };
+    Evaluation {
+        episodes: k,
+        mean_pnl: mean,
+        std_error: (var / k.max(1) as f64).sqrt(),
+        total_pnl: ended.iter().sum(),
+        fills,
+        env_steps: steps * cfg.envs,
+    }
+}

@@ -1,0 +1,458 @@
+//! The CUDA trainer against the oracle trainer, step by step: before each step the oracle
+//! takes the GPU's whole state (so every comparison bounds one step's error, not an
+//! accumulated drift), both run the step, and every output is compared with its stage's
+//! tolerance. Where a float difference can flip a discrete choice, the oracle follows the
+//! GPU: epsilon-greedy picks from the GPU's Q-values, and the loss takes the GPU's Double
+//! DQN actions. Each greedy pick where the oracle's own Q-values would have chosen another
+//! action is a flip; a flip is accepted only where the oracle's values of the two candidates
+//! are within twice the step's largest GPU-vs-oracle Q difference (a near tie that the
+//! GPU's rounding can decide), and the flips are counted.
+
+use super::merge_step;
+use super::qnet::forward_chain;
+use crate::error::{Error, Result};
+use crate::runtime::Gpu;
+use crate::trainer::CudaTrainer;
+use tallyho_oracle::env::action_select;
+use tallyho_oracle::features::Market;
+use tallyho_oracle::philox::{self, stream};
+use tallyho_oracle::schedule::StepKind;
+use tallyho_oracle::tolerance::{
+    gemm_chain, gemm_chain_3xtf32, QNET_TRAJECTORY, REPLAY_IS_WEIGHT, REPLAY_PRIORITY,
+    REWARD_REDUCTION,
+};
+use tallyho_oracle::trainer::{Follow, OracleTrainer};
+use tallyho_oracle::{
+    compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison, TrainConfig,
+};
+
+/// What a teacher-forced comparison found.
+#[derive(Clone, Debug)]
+pub struct TrainerParity {
+    /// One row per output, merged over the steps (a failing row names its first step).
+    pub comparisons: Vec<Comparison>,
+    /// Greedy picks decided by a near tie that the GPU broke differently from the oracle.
+    pub flips: usize,
+    /// Greedy picks in all (the denominator of the flip rate).
+    pub greedy: usize,
+    /// Steps of each kind run (Fill, Collect, Learn).
+    pub kinds: [usize; 3],
+    /// A flip outside the near-tie bound: (step, env, branch, |q gap|, bound).
+    pub bad_flips: Vec<(usize, usize, usize, f64, f64)>,
+}
+
+impl TrainerParity {
+    pub fn passed(&self) -> bool {
+        self.bad_flips.is_empty() && self.comparisons.iter().all(Comparison::passed)
+    }
+}
+
+fn oracle_err(e: impl std::fmt::Display) -> Error {
+    Error::Shape(format!("oracle trainer: {e}"))
+}
+
+/// Run `steps` steps of `cfg` on the training split of `market` on both trainers (the GPU's
+/// through its graphs unless `graphs` is false) and compare them (module doc).
+pub fn trainer_vs_oracle(
+    gpu: &Gpu,
+    cfg: &TrainConfig,
+    market: &Market,
+    steps: usize,
+    graphs: bool,
+) -> Result<TrainerParity> {
+    let mut g = CudaTrainer::new(gpu, cfg, market)?;
+    g.set_graphs(graphs);
+    let mut o = OracleTrainer::new(cfg, market).map_err(oracle_err)?;
+    let qc = &cfg.qnet;
+    let [.., fwd] = forward_chain(qc);
+    let acting_tol = gemm_chain_3xtf32(&fwd);
+    let loss_tol = gemm_chain(&fwd);
+    let width: usize = qc.branches.iter().sum();
+    let mut out = TrainerParity {
+        comparisons: Vec::new(),
+        flips: 0,
+        greedy: 0,
+        kinds: [0; 3],
+        bad_flips: Vec::new(),
+    };
+    for t in 0..steps {
+        let kind = cfg
+            .schedule
+            .kind(t as u64, cfg.env.envs, qc.n_step, cfg.replay.capacity);
+        out.kinds[kind as usize] += 1;
+        g.download_into(&mut o)?;
+        let (online0, env0) = (o.online.clone(), o.env.clone());
+        g.step_kind(kind)?;
+        let gq = g.net.read_acting(&g.acting)?;
+        let loss = if kind == StepKind::Learn {
+            Some(g.net.read_loss()?)
+        } else {
+            None
+        };
+        let next = loss
+            .iter()
+            .map(|l| l.next_actions.clone())
+            .collect::<Vec<_>>();
+        let rec = o
+            .step_with(
+                kind,
+                Some(Follow {
+                    q: &gq,
+                    next_actions: &next,
+                }),
+            )
+            .map_err(oracle_err)?
+            .clone();
+
+        // Acting: the oracle's own Q-values against the GPU's, and the flips.
+        let own_q = o.acting_q(&rec.states);
+        let max_diff = gq
+            .iter()
+            .zip(&own_q)
+            .map(|(&a, &b)| (f64::from(a) - f64::from(b)).abs())
+            .fold(0.0, f64::max);
+        let own_actions = action_select(cfg.env.seed, &qc.branches, rec.epsilon, &own_q, &env0);
+        for n in 0..cfg.env.envs {
+            let explore = philox::draw(
+                cfg.env.seed,
+                n as u32,
+                env0.clock[n],
+                stream::ACTION_EXPLORE,
+            );
+            let mut off = 0;
+            for (k, &nk) in qc.branches.iter().enumerate() {
+                let greedy = philox::u01(explore[k]) >= rec.epsilon;
+                let (a_gpu, a_own) = (
+                    rec.actions[n * qc.branches.len() + k],
+                    own_actions[n * qc.branches.len() + k],
+                );
+                if greedy {
+                    out.greedy += 1;
+                    if a_gpu != a_own {
+                        let row = &own_q[n * width + off..n * width + off + nk];
+                        let gap =
+                            (f64::from(row[a_gpu as usize]) - f64::from(row[a_own as usize])).abs();
+                        if gap <= 2.0 * max_diff {
+                            out.flips += 1;
+                        } else {
+                            out.bad_flips.push((t, n, k, gap, 2.0 * max_diff));
+                        }
+                    }
+                }
+                off += nk;
+            }
+        }
+        let mut c = vec![
+            compare_exact(
+                "epsilon",
+                &[g.env.epsilon.read()?.to_bits()],
+                &[rec.epsilon.to_bits()],
+            ),
+            compare_rel_norm(
+                "acting q",
+                &gq,
+                &own_q.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+                acting_tol,
+            ),
+            compare_bitwise("states", &g.env.read_states()?, &rec.states),
+            compare_exact("actions", &g.env.read_actions()?, &rec.actions),
+        ];
+        let outcome = g.env.read_outcome()?;
+        c.push(compare_bitwise("pnl", &outcome.pnl, &rec.pnl));
+        c.push(compare_bitwise(
+            "next states",
+            &outcome.next_states,
+            &rec.next_states,
+        ));
+        c.push(compare_bitwise("done", &outcome.done, &rec.done));
+        c.push(compare_exact("reason", &outcome.reason, &rec.reason));
+        c.extend(super::env::compare_env_states(
+            &g.env.download_state()?,
+            &o.env,
+        ));
+        let reward = g.reward.read_out()?;
+        c.push(compare_f32(
+            "reward",
+            &reward.reward,
+            &rec.reward
+                .reward
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect::<Vec<_>>(),
+            REWARD_REDUCTION,
+        ));
+        c.push(compare_bitwise(
+            "trade closed",
+            &reward.done,
+            &rec.reward.done,
+        ));
+        let (genv, gglobal) = g.reward.download_state()?;
+        c.push(compare_f32(
+            "reward global",
+            &gglobal.to_words(),
+            &o.reward_global.to_words().map(f64::from),
+            REWARD_REDUCTION,
+        ));
+        c.push(compare_exact(
+            "reward steps since done",
+            &genv.steps_since_done,
+            &o.reward_envs.steps_since_done,
+        ));
+        if let Some(want) = &rec.emitted {
+            let got = g.transition.download_out()?;
+            c.push(compare_bitwise(
+                "transition states",
+                &got.states,
+                &want.states,
+            ));
+            c.push(compare_bitwise(
+                "transition next states",
+                &got.next_states,
+                &want.next_states,
+            ));
+            c.push(compare_exact(
+                "transition actions",
+                &got.actions,
+                &want.actions,
+            ));
+            c.push(compare_f32(
+                "transition rewards",
+                &got.rewards,
+                &want
+                    .rewards
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .collect::<Vec<_>>(),
+                REWARD_REDUCTION,
+            ));
+            c.push(compare_bitwise(
+                "transition discounts",
+                &got.discounts,
+                &want.discounts,
+            ));
+        }
+        let rep = g.replay.download_state()?;
+        c.push(compare_f32(
+            "replay rewards",
+            &rep.store.rewards,
+            &o.replay
+                .store
+                .rewards
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect::<Vec<_>>(),
+            REWARD_REDUCTION,
+        ));
+        c.push(compare_bitwise(
+            "replay states",
+            &rep.store.states,
+            &o.replay.store.states,
+        ));
+        c.push(compare_exact(
+            "replay actions",
+            &rep.store.actions,
+            &o.replay.store.actions,
+        ));
+        c.push(compare_exact(
+            "replay cursor, size, sample step",
+            &[rep.ctl.cursor, rep.ctl.size, rep.ctl.sample_step],
+            &[
+                o.replay.ctl.cursor,
+                o.replay.ctl.size,
+                o.replay.ctl.sample_step,
+            ],
+        ));
+        c.push(compare_bitwise(
+            "replay discounts",
+            &rep.store.discounts,
+            &o.replay.store.discounts,
+        ));
+        let leaves = cfg.replay.leaves();
+        c.push(compare_f32(
+            "replay priorities",
+            &rep.tree[leaves..],
+            &o.replay.tree[leaves..]
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect::<Vec<_>>(),
+            REPLAY_PRIORITY,
+        ));
+        if let (Some(l), Some(u)) = (&loss, rec.updates.last()) {
+            let (idx, w) = g.replay.read_sample()?;
+            c.push(compare_exact("sampled indices", &idx, &u.indices));
+            c.push(compare_f32(
+                "importance weights",
+                &w,
+                &u.weights.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+                REPLAY_IS_WEIGHT,
+            ));
+            c.push(compare_rel_norm(
+                "loss",
+                &[l.loss as f32],
+                &[u.loss],
+                loss_tol,
+            ));
+            let (gon, gtg) = g.net.params()?;
+            let disp = |p: &[f32]| -> Vec<f64> {
+                p.iter()
+                    .zip(&online0)
+                    .map(|(&x, &x0)| f64::from(x) - f64::from(x0))
+                    .collect()
+            };
+            let got_disp: Vec<f32> = disp(&gon).iter().map(|&v| v as f32).collect();
+            c.push(compare_rel_norm(
+                "parameter displacement",
+                &got_disp,
+                &disp(&o.online),
+                QNET_TRAJECTORY,
+            ));
+            let tgt_disp: Vec<f32> = disp(&gtg).iter().map(|&v| v as f32).collect();
+            c.push(compare_rel_norm(
+                "target displacement",
+                &tgt_disp,
+                &disp(&o.target),
+                QNET_TRAJECTORY,
+            ));
+            c.push(compare_exact(
+                "adam step",
+                &[g.net.opt.ctl()?.step],
+                &[o.adam.step],
+            ));
+        }
+        merge_step(&mut out.comparisons, t, c);
+    }
+    Ok(out)
+}
+
+/// Every part of two trainers' states, bitwise: envs, reward state, n-step ring, replay,
+/// both networks, Adam, the epsilon counter.
+pub fn compare_states(a: &OracleTrainer, b: &OracleTrainer) -> Vec<Comparison> {
+    let mut c = super::env::compare_env_states(&a.env, &b.env);
+    c.push(compare_bitwise(
+        "reward global",
+        &a.reward_global.to_words(),
+        &b.reward_global.to_words(),
+    ));
+    c.push(compare_bitwise(
+        "reward outcome ema",
+        &a.reward_envs.outcome_ema,
+        &b.reward_envs.outcome_ema,
+    ));
+    c.push(compare_exact(
+        "reward positions",
+        &a.reward_envs.prev_position,
+        &b.reward_envs.prev_position,
+    ));
+    c.push(compare_exact(
+        "reward steps since done",
+        &a.reward_envs.steps_since_done,
+        &b.reward_envs.steps_since_done,
+    ));
+    c.push(compare_bitwise(
+        "ring states",
+        &a.ring.states,
+        &b.ring.states,
+    ));
+    c.push(compare_bitwise(
+        "ring rewards",
+        &a.ring.rewards,
+        &b.ring.rewards,
+    ));
+    c.push(compare_exact("ring counts", &a.ring.counts, &b.ring.counts));
+    c.push(compare_bitwise(
+        "replay states",
+        &a.replay.store.states,
+        &b.replay.store.states,
+    ));
+    c.push(compare_bitwise(
+        "replay rewards",
+        &a.replay.store.rewards,
+        &b.replay.store.rewards,
+    ));
+    c.push(compare_bitwise(
+        "replay discounts",
+        &a.replay.store.discounts,
+        &b.replay.store.discounts,
+    ));
+    c.push(compare_bitwise(
+        "replay tree",
+        &a.replay.tree,
+        &b.replay.tree,
+    ));
+    c.push(compare_exact(
+        "replay ctl",
+        &[
+            a.replay.ctl.cursor,
+            a.replay.ctl.size,
+            a.replay.ctl.sample_step,
+        ],
+        &[
+            b.replay.ctl.cursor,
+            b.replay.ctl.size,
+            b.replay.ctl.sample_step,
+        ],
+    ));
+    c.push(compare_bitwise("online parameters", &a.online, &b.online));
+    c.push(compare_bitwise("target parameters", &a.target, &b.target));
+    let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+    c.push(compare_bitwise("adam m", &f(&a.adam.m), &f(&b.adam.m)));
+    c.push(compare_bitwise("adam v", &f(&a.adam.v), &f(&b.adam.v)));
+    c.push(compare_exact(
+        "adam step, epsilon step",
+        &[a.adam.step, a.epsilon_step],
+        &[b.adam.step, b.epsilon_step],
+    ));
+    c
+}
+
+/// Two CUDA trainers of `cfg`, each set up by `setup` (given which one it is: 0 or 1), run
+/// `steps` steps side by side; after every step their whole states compared bitwise (and
+/// their metric sums at the end). Returns the merged comparisons and the last step's kind.
+pub fn twin_runs(
+    gpu: &Gpu,
+    cfg: &TrainConfig,
+    market: &Market,
+    steps: usize,
+    setup: impl Fn(&mut CudaTrainer, usize),
+) -> Result<Vec<Comparison>> {
+    let mut twins = [
+        CudaTrainer::new(gpu, cfg, market)?,
+        CudaTrainer::new(gpu, cfg, market)?,
+    ];
+    for (i, t) in twins.iter_mut().enumerate() {
+        setup(t, i);
+    }
+    let mut views = [
+        OracleTrainer::new(cfg, market).map_err(oracle_err)?,
+        OracleTrainer::new(cfg, market).map_err(oracle_err)?,
+    ];
+    let mut out = Vec::new();
+    for t in 0..steps {
+        let kind = cfg
+            .schedule
+            .kind(t as u64, cfg.env.envs, cfg.qnet.n_step, cfg.replay.capacity);
+        for (g, v) in twins.iter_mut().zip(views.iter_mut()) {
+            g.step_kind(kind)?;
+            g.download_into(v)?;
+        }
+        merge_step(&mut out, t, compare_states(&views[0], &views[1]));
+    }
+    let [a, b] = &mut twins;
+    let (ma, mb) = (a.take_metrics()?, b.take_metrics()?);
+    out.push(compare_exact(
+        "metric sums (bits)",
+        &f64_words(&ma.to_words()),
+        &f64_words(&mb.to_words()),
+    ));
+    Ok(out)
+}
+
+/// Doubles as their bits in u32 halves (exact comparison of f64 values).
+fn f64_words(v: &[f64]) -> Vec<u32> {
+    v.iter()
+        .flat_map(|x| {
+            let b = x.to_bits();
+            [(b >> 32) as u32, b as u32]
+        })
+        .collect()
+}

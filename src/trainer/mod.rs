@@ -1,0 +1,232 @@
+//! The CUDA trainer: the training step of tallyho_oracle::trainer (whose module doc is the
+//! spec of the loop and the step) on the device, every stage launched on the GPU's stream
+//! with no host read, and each kind of step captured once as one graph and replayed.
+//!
+//! A step: [`Experience::step`] (epsilon's schedule, the one-launch experience step, s'
+//! kept before the auto-reset) -> [`RewardPipeline::step`] (fused by default) on the step's
+//! PnL and positions -> [`TransitionAssembler::assemble`] (one n-step transition per env) -> the
+//! replay insert of those N rows -> U x (sample, gather, [`QNet::update`], priority update,
+//! [`QNet::target_sync_due`]) -> the metric sums. Every per-step value (epsilon and its
+//! counter, Philox clocks, the replay's cursor and sample step, Adam's step, the n-step
+//! counts) lives in device memory and is advanced by kernels, so the captured step replays.
+//! The metrics are read every K steps by [`Backend::take_metrics`], outside the replay.
+
+mod metrics;
+mod readback;
+
+pub use metrics::{DeviceMetrics, StepInputs};
+
+use crate::env::Env;
+use crate::error::{Error, Result};
+use crate::experience::{Experience, ExperiencePath};
+use crate::graph::{Binding, GraphSlot, Phase};
+use crate::qnet::{Acting, QNet};
+use crate::replay::ReplayBuffer;
+use crate::reward::{RewardPath, RewardPipeline};
+use crate::runtime::Gpu;
+use crate::transition::{DeviceStep, TransitionAssembler};
+use tallyho_oracle::env::{EnvMarket, Split};
+use tallyho_oracle::features::Market;
+use tallyho_oracle::schedule::StepKind;
+use tallyho_oracle::trainer::{Backend, MetricTotals};
+use tallyho_oracle::TrainConfig;
+
+/// Each kind's graph slot (index: `StepKind as usize`).
+const KINDS: usize = 3;
+
+/// The training state on the device and the step's graphs.
+pub struct CudaTrainer {
+    cfg: TrainConfig,
+    pub env: Env,
+    pub net: QNet,
+    pub acting: Acting,
+    experience: Experience,
+    pub reward: RewardPipeline,
+    reward_path: RewardPath,
+    pub transition: TransitionAssembler,
+    pub replay: ReplayBuffer,
+    metrics: DeviceMetrics,
+    graphs: bool,
+    slots: [GraphSlot; KINDS],
+}
+
+fn kind_index(kind: StepKind) -> usize {
+    match kind {
+        StepKind::Fill => 0,
+        StepKind::Collect => 1,
+        StepKind::Learn => 2,
+    }
+}
+
+impl CudaTrainer {
+    /// A run of `cfg` on the training split of `market`: the same initial state as
+    /// tallyho_oracle::trainer::OracleTrainer::new (envs at their Philox starts, the network
+    /// from `qnet.seed`, every counter at 0), the fused reward, graphs on.
+    pub fn new(gpu: &Gpu, cfg: &TrainConfig, market: &Market) -> Result<Self> {
+        cfg.validate(market.feature_dim)?;
+        let m = EnvMarket::of(market);
+        let split = Split::train(market);
+        split.validate(m.bars)?;
+        let n = cfg.env.envs;
+        let mut env = Env::new(gpu, &cfg.env, &cfg.qnet.branches, &m, split)?;
+        env.epsilon.set_schedule(&cfg.schedule.epsilon)?;
+        let net = QNet::new(gpu, &cfg.qnet, cfg.replay.batch)?;
+        let acting = net.acting(n)?.q_only();
+        let experience = Experience::new(gpu, &env, &net)?;
+        gpu.load_all()?;
+        Ok(CudaTrainer {
+            reward: RewardPipeline::new(gpu, &cfg.reward, n)?,
+            reward_path: RewardPath::Fused,
+            transition: TransitionAssembler::new(gpu, &cfg.transition(), n, cfg.qnet.state_dim)?,
+            replay: ReplayBuffer::new(gpu, &cfg.replay, n)?,
+            metrics: DeviceMetrics::new(gpu, n, &cfg.qnet.branches)?,
+            graphs: true,
+            slots: [
+                GraphSlot::new("train_fill"),
+                GraphSlot::new("train_collect"),
+                GraphSlot::new("train_learn"),
+            ],
+            cfg: cfg.clone(),
+            env,
+            net,
+            acting,
+            experience,
+        })
+    }
+
+    /// Run steps eagerly (false) or through the graphs (true, the default). Choose before
+    /// the first step: a graph already captured keeps its path.
+    pub fn set_graphs(&mut self, on: bool) {
+        self.graphs = on;
+    }
+
+    /// The reward pipeline's path (fused by default; the unfused chain for verification).
+    pub fn set_reward_path(&mut self, path: RewardPath) {
+        self.reward_path = path;
+    }
+
+    /// The experience step's path (the one launch by default).
+    pub fn set_experience_path(&mut self, path: ExperiencePath) {
+        self.experience.set_path(path);
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.cfg
+    }
+
+    /// Where the graph of a kind of step is in its life.
+    pub fn graph_phase(&self, kind: StepKind) -> Phase {
+        self.slots[kind_index(kind)].phase()
+    }
+
+    /// The captured graph's node count for a kind of step, once captured.
+    pub fn graph_nodes(&self, kind: StepKind) -> Result<Option<usize>> {
+        self.slots[kind_index(kind)].nodes()
+    }
+
+    /// One step of `kind`, eagerly: the phases in order, every launch on the stream, no host
+    /// read.
+    pub fn step_eager(&mut self, kind: StepKind) -> Result<()> {
+        self.phase_experience()?;
+        self.phase_reward()?;
+        if kind == StepKind::Fill {
+            return Ok(());
+        }
+        self.phase_insert()?;
+        if kind == StepKind::Learn {
+            for _ in 0..self.cfg.schedule.updates_per_step {
+                self.phase_update()?;
+                self.phase_sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The experience step: epsilon, state gather, acting forward, select, fill, barriers, s'.
+    pub fn phase_experience(&mut self) -> Result<()> {
+        self.experience
+            .step(&mut self.env, &self.net, &mut self.acting)
+    }
+
+    /// The reward pipeline, the n-step assembly of the step's N transitions and the step's
+    /// metric sums.
+    pub fn phase_reward(&mut self) -> Result<()> {
+        self.reward
+            .step(self.reward_path, &self.env.pnl, self.env.position())?;
+        self.transition.assemble(&DeviceStep {
+            states: &self.env.states,
+            actions: &self.env.actions,
+            rewards: &self.reward.reward,
+            next_states: &self.env.next_states,
+            reasons: &self.env.reason,
+        })?;
+        self.metrics.step(&StepInputs {
+            reward: &self.reward.reward,
+            pnl: &self.env.pnl,
+            trade_done: &self.reward.done,
+            episode_done: &self.env.done,
+            q: &self.acting.q,
+            epsilon: self.env.epsilon.value(),
+        })
+    }
+
+    /// The replay insert of the step's N transitions.
+    pub fn phase_insert(&mut self) -> Result<()> {
+        self.replay.insert(&self.transition.out, self.cfg.env.envs)
+    }
+
+    /// One update: sample, gather, the network's update, the priority update, its metrics.
+    pub fn phase_update(&mut self) -> Result<()> {
+        self.replay.sample()?;
+        self.replay.gather()?;
+        self.net.update(&self.replay.batch, &self.replay.weights)?;
+        self.replay.update_priorities(&self.net.priorities)?;
+        self.metrics
+            .update(self.net.loss_buffer(), self.net.opt.ctl_buffer())
+    }
+
+    /// The target sync when due (Polyak: every update).
+    pub fn phase_sync(&mut self) -> Result<()> {
+        self.net.target_sync_due(self.cfg.schedule.target_period)
+    }
+
+    /// One step of `kind` through its graph slot (eager once, captured, then replayed), or
+    /// eagerly where graphs are off. The trainer owns every buffer the step touches and none
+    /// can be replaced, so the binding is the kind and the paths.
+    pub fn step_kind(&mut self, kind: StepKind) -> Result<()> {
+        if !self.graphs {
+            return self.step_eager(kind);
+        }
+        let stream = self.env.stream().clone();
+        let words = [
+            kind_index(kind) as u64,
+            self.reward_path as u64,
+            self.experience.in_one_launch(&self.env, &self.net) as u64,
+        ];
+        let slot: fn(&mut CudaTrainer) -> &mut GraphSlot = match kind {
+            StepKind::Fill => |t| &mut t.slots[0],
+            StepKind::Collect => |t| &mut t.slots[1],
+            StepKind::Learn => |t| &mut t.slots[2],
+        };
+        GraphSlot::run_on(self, slot, &stream, Binding::of(&words), |t| {
+            t.step_eager(kind)
+        })
+    }
+
+    /// The metric sums since the last read (a host read; then zeroed).
+    pub fn take_metrics(&mut self) -> Result<MetricTotals> {
+        self.metrics.take()
+    }
+}
+
+impl Backend for CudaTrainer {
+    type Error = Error;
+
+    fn step(&mut self, kind: StepKind) -> Result<()> {
+        self.step_kind(kind)
+    }
+
+    fn take_metrics(&mut self) -> Result<MetricTotals> {
+        CudaTrainer::take_metrics(self)
+    }
+}

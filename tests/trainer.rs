@@ -1,0 +1,152 @@
+//! The CUDA trainer: against the oracle trainer step by step, graph replay against eager
+//! launches, run-to-run determinism, the fused reward against the unfused chain through
+//! the whole trainer, and the transitions it stores. GPU tests (named gpu::...).
+
+mod common;
+
+mod gpu {
+    use super::common::*;
+    use tallyho::graph::Phase;
+    use tallyho::harness::parity::trainer::{trainer_vs_oracle, twin_runs};
+    use tallyho::reward::RewardPath;
+    use tallyho::trainer::CudaTrainer;
+    use tallyho_oracle::features::{build, FeatureConfig, Market};
+    use tallyho_oracle::market::{synthetic, SyntheticConfig};
+    use tallyho_oracle::schedule::{EpsilonSchedule, StepKind, TrainSchedule};
+    use tallyho_oracle::TrainConfig;
+
+    fn market() -> Market {
+        let bars = synthetic(&SyntheticConfig {
+            bars: 4000,
+            ..SyntheticConfig::default()
+        })
+        .unwrap();
+        build(&bars, &FeatureConfig::default()).unwrap()
+    }
+
+    /// A small run: 64 envs, a 64-wide network of 21 atoms, batch 64, updates from step 2,
+    /// a hard target sync every 16 updates, short episodes with tight barriers so that every
+    /// end occurs, epsilon annealed over the first 100 steps.
+    fn small(feature_dim: usize) -> TrainConfig {
+        let mut cfg = TrainConfig::default();
+        cfg.env.envs = 64;
+        (cfg.env.max_steps, cfg.env.stop_loss, cfg.env.take_profit) = (30, 0.0008, 0.001);
+        (
+            cfg.qnet.h1,
+            cfg.qnet.h2,
+            cfg.qnet.value_hidden,
+            cfg.qnet.adv_hidden,
+            cfg.qnet.atoms,
+        ) = (64, 64, 32, 32, 21);
+        (cfg.replay.capacity, cfg.replay.batch) = (4096, 64);
+        cfg.schedule = TrainSchedule {
+            updates_per_step: 1,
+            learn_start: 128,
+            target_period: 16,
+            epsilon: EpsilonSchedule {
+                start: 1.0,
+                end: 0.1,
+                steps: 100,
+            },
+            metrics_every: 50,
+        };
+        cfg.resolve(feature_dim)
+    }
+
+    #[test]
+    fn the_trainer_matches_the_oracle_for_200_steps() {
+        let (gpu, m) = (gpu(), market());
+        let cfg = small(m.feature_dim);
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 200, true).unwrap();
+        eprintln!("{}", table(&p.comparisons));
+        eprintln!(
+            "kinds (fill, collect, learn) {:?}; greedy picks {}, flips {}",
+            p.kinds, p.greedy, p.flips
+        );
+        assert!(
+            p.bad_flips.is_empty(),
+            "flips outside the near-tie bound: {:?}",
+            &p.bad_flips[..p.bad_flips.len().min(5)]
+        );
+        assert_all(&p.comparisons);
+        assert!(p.kinds[2] >= 190, "most steps update: {:?}", p.kinds);
+        assert!(p.greedy > 1000, "greedy picks occurred: {}", p.greedy);
+        // Ceiling: near ties are rare in float32 Q-values (one in a thousand picks at most).
+        assert!(
+            p.flips * 1000 <= p.greedy,
+            "{} flips in {} greedy picks",
+            p.flips,
+            p.greedy
+        );
+    }
+
+    #[test]
+    fn n_step_3_transitions_match_the_oracle() {
+        let (gpu, m) = (gpu(), market());
+        let mut cfg = small(m.feature_dim);
+        cfg.qnet.n_step = 3;
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 80, true).unwrap();
+        eprintln!("{}", table(&p.comparisons));
+        assert!(p.bad_flips.is_empty(), "{:?}", p.bad_flips);
+        assert_all(&p.comparisons);
+        assert_eq!(
+            p.kinds[0], 2,
+            "n = 3: two steps fill the windows before the first insert"
+        );
+    }
+
+    #[test]
+    fn the_graph_replayed_step_is_bitwise_the_eager_step_for_100_steps() {
+        let (gpu, m) = (gpu(), market());
+        let cfg = small(m.feature_dim);
+        let c = twin_runs(&gpu, &cfg, &m, 100, |t, i| t.set_graphs(i == 0)).unwrap();
+        assert_all(&c);
+        // The graphed twin did replay its captured Learn step.
+        let mut t = CudaTrainer::new(&gpu, &cfg, &m).unwrap();
+        for _ in 0..3 {
+            t.step_kind(StepKind::Learn).unwrap();
+        }
+        assert_eq!(t.graph_phase(StepKind::Learn), Phase::Replay);
+        let nodes = t.graph_nodes(StepKind::Learn).unwrap().unwrap();
+        eprintln!("the captured Learn step holds {nodes} nodes");
+        assert!(nodes > 20, "{nodes}");
+    }
+
+    #[test]
+    fn two_runs_with_one_seed_are_bitwise_equal() {
+        let (gpu, m) = (gpu(), market());
+        let cfg = small(m.feature_dim);
+        assert_all(&twin_runs(&gpu, &cfg, &m, 120, |_, _| {}).unwrap());
+    }
+
+    #[test]
+    fn the_fused_and_unfused_reward_give_the_same_loss_at_step_1000() {
+        let (gpu, m) = (gpu(), market());
+        let cfg = small(m.feature_dim);
+        let loss_at_1000 = |path: RewardPath| {
+            let mut t = CudaTrainer::new(&gpu, &cfg, &m).unwrap();
+            t.set_reward_path(path);
+            for step in 0..1000u64 {
+                t.step_kind(cfg.schedule.kind(
+                    step,
+                    cfg.env.envs,
+                    cfg.qnet.n_step,
+                    cfg.replay.capacity,
+                ))
+                .unwrap();
+            }
+            let (online, _) = t.net.params().unwrap();
+            (t.net.read_loss().unwrap().loss, online)
+        };
+        let (fused, p_fused) = loss_at_1000(RewardPath::Fused);
+        let (unfused, p_unfused) = loss_at_1000(RewardPath::Unfused);
+        let rel = (fused - unfused).abs() / unfused.abs();
+        eprintln!(
+            "loss at step 1000: fused {fused:.9e}, unfused {unfused:.9e}, relative difference {rel:.3e}; bitwise equal: loss {}, parameters {}",
+            fused.to_bits() == unfused.to_bits(),
+            p_fused == p_unfused
+        );
+        assert!(fused.is_finite() && fused > 0.0, "{fused}");
+        assert!(rel <= 0.01, "the kill criterion: within 1% ({rel:.3e})");
+    }
+}
