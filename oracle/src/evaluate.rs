@@ -8,7 +8,7 @@
 
 use crate::action::{BRANCH_COUNT, BUY, HOLD, MARKET, SELL};
 use crate::env::{
-    action_select, barriers, fill_step, state_gather, EnvConfig, EnvMarket, EnvState, Split,
+    action_select, barriers, fill_step, state_gather, EnvConfig, EnvMarket, EnvState, Split, END_OF_DATA, TIME_LIMIT,
 };
 use crate::qnet::{branch_rows, forward, QNetConfig};
 
@@ -36,6 +36,14 @@ pub struct Evaluation {
     pub std_error: f64,
     /// Sum over ended episodes.
     pub total_pnl: f64,
+    /// Mean trading cost per ended episode: commissions, and for every contract traded at
+    /// a price other than the bar's mid (fills, and exits at the touch at a time limit or the
+    /// end of data) the distance to the mid.
+    pub mean_cost: f64,
+    /// Mean gross PnL per ended episode (net PnL + costs) and its standard error: what the
+    /// policy's positions earned from price moves alone.
+    pub mean_gross: f64,
+    pub gross_std_error: f64,
     /// Filled orders.
     pub fills: usize,
     /// Env steps run.
@@ -47,6 +55,15 @@ impl Evaluation {
     pub fn z(&self) -> f64 {
         if self.std_error > 0.0 {
             self.mean_pnl / self.std_error
+        } else {
+            0.0
+        }
+    }
+
+    /// `mean_gross / gross_std_error`.
+    pub fn gross_z(&self) -> f64 {
+        if self.gross_std_error > 0.0 {
+            self.mean_gross / self.gross_std_error
         } else {
             0.0
         }
@@ -76,66 +93,73 @@ fn planted_actions(m: &EnvMarket, st: &EnvState, feature: usize, dead_band: f32)
     out
 }
 
+/// Mean and standard error of `xs` (0, 0 when empty).
+fn mean_se(xs: &[f64]) -> (f64, f64) {
+    let k = xs.len();
+    let mean = if k > 0 { xs.iter().sum::<f64>() / k as f64 } else { 0.0 };
+    let var = if k > 1 { xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (k - 1) as f64 } else { 0.0 };
+    (mean, (var / k.max(1) as f64).sqrt())
+}
+
 /// Run `policy` on `split` of `m` for `steps` steps of `cfg.envs` envs (from the envs'
-/// Philox starts with `cfg.seed`), collecting every ended episode's net PnL.
-pub fn evaluate(
-    cfg: &EnvConfig,
-    branches: &[usize],
-    m: &EnvMarket,
-    split: Split,
-    policy: Policy,
-    steps: usize,
-) -> Evaluation {
+/// Philox starts with `cfg.seed`), collecting every ended episode's net PnL and costs.
+pub fn evaluate(cfg: &EnvConfig, branches: &[usize], m: &EnvMarket, split: Split, policy: Policy, steps: usize) -> Evaluation {
     let mut st = EnvState::new(cfg, split);
-    let mut running = vec![0.0f64; cfg.envs];
-    let mut ended: Vec<f64> = Vec::new();
+    let (mut pnl, mut cost) = (vec![0.0f64; cfg.envs], vec![0.0f64; cfg.envs]);
+    let (mut ended, mut ended_gross) = (Vec::new(), Vec::new());
     let mut fills = 0;
+    let pv = f64::from(cfg.point_value);
+    let mid = |b: usize| (f64::from(m.bid[b]) + f64::from(m.ask[b])) / 2.0;
     for _ in 0..steps {
         let actions = match policy {
             Policy::Greedy { cfg: q, params } => {
                 let states = state_gather(cfg, m, &st);
                 let f = forward(q, params, &states);
-                let rows: Vec<f32> = branch_rows(q, &f.q, st.len(), 1)
-                    .into_iter()
-                    .map(|v| v as f32)
-                    .collect();
+                let rows: Vec<f32> = branch_rows(q, &f.q, st.len(), 1).into_iter().map(|v| v as f32).collect();
                 action_select(cfg.seed, branches, 0.0, &rows, &st)
             }
-            Policy::Random => action_select(
-                cfg.seed,
-                branches,
-                1.0,
-                &vec![0.0; st.len() * branches.iter().sum::<usize>()],
-                &st,
-            ),
+            Policy::Random => action_select(cfg.seed, branches, 1.0, &vec![0.0; st.len() * branches.iter().sum::<usize>()], &st),
             Policy::Planted { feature, dead_band } => planted_actions(m, &st, feature, dead_band),
         };
+        let before = st.position.clone();
         let f = fill_step(cfg, m, &mut st, &actions);
-        fills += f.filled.iter().filter(|&&x| x == 1).count();
+        for n in 0..cfg.envs {
+            if f.filled[n] == 1 {
+                fills += 1;
+                let q = f64::from((st.position[n] - before[n]).abs());
+                cost[n] += q * (f64::from(cfg.commission) + (f64::from(f.price[n]) - mid(st.bar[n] as usize)).abs() * pv);
+            }
+        }
+        let (held, bars) = (st.position.clone(), st.bar.clone());
         let out = barriers(cfg, m, split, &mut st, &f.net_before);
         for n in 0..cfg.envs {
-            running[n] += f64::from(out.pnl[n]);
+            let size = f64::from(held[n].abs());
+            if out.done[n] == 1.0 && size > 0.0 {
+                let t = bars[n] as usize + 1;
+                let at_touch = out.reason[n] == TIME_LIMIT || out.reason[n] == END_OF_DATA;
+                let spread = if at_touch { (f64::from(m.ask[t]) - f64::from(m.bid[t])) / 2.0 * pv } else { 0.0 };
+                cost[n] += size * (f64::from(cfg.commission) + spread);
+            }
+            pnl[n] += f64::from(out.pnl[n]);
             if out.done[n] == 1.0 {
-                ended.push(std::mem::take(&mut running[n]));
+                let (p, c) = (std::mem::take(&mut pnl[n]), std::mem::take(&mut cost[n]));
+                ended.push((p, c));
+                ended_gross.push(p + c);
             }
         }
     }
-    let k = ended.len();
-    let mean = if k > 0 {
-        ended.iter().sum::<f64>() / k as f64
-    } else {
-        0.0
-    };
-    let var = if k > 1 {
-        ended.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (k - 1) as f64
-    } else {
-        0.0
-    };
+    let net: Vec<f64> = ended.iter().map(|e| e.0).collect();
+    let (mean_pnl, std_error) = mean_se(&net);
+    let (mean_gross, gross_std_error) = mean_se(&ended_gross);
+    let k = ended.len().max(1) as f64;
     Evaluation {
-        episodes: k,
-        mean_pnl: mean,
-        std_error: (var / k.max(1) as f64).sqrt(),
-        total_pnl: ended.iter().sum(),
+        episodes: ended.len(),
+        mean_pnl,
+        std_error,
+        total_pnl: net.iter().sum(),
+        mean_cost: ended.iter().map(|e| e.1).sum::<f64>() / k,
+        mean_gross,
+        gross_std_error,
         fills,
         env_steps: steps * cfg.envs,
     }
