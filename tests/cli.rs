@@ -53,8 +53,197 @@ fn kernels_command_compiles_every_kernel_for_sm90() {
     }
 }
 
+/// A fresh run folder under the system's temp dir.
+fn run_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tallyho-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Every line of `dir/metrics.jsonl` parsed, every number in it finite; the last step.
+fn finite_metrics(dir: &std::path::Path) -> (usize, u64) {
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut last = 0;
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let obj = v.as_object().unwrap();
+        for (k, x) in obj {
+            if let Some(f) = x.as_f64() {
+                assert!(f.is_finite(), "{k} = {f} in {line}");
+            }
+        }
+        assert_eq!(
+            obj["non_finite"].as_array().map(Vec::len),
+            Some(0),
+            "{line}"
+        );
+        last = obj["step"].as_u64().unwrap();
+    }
+    (text.lines().count(), last)
+}
+
+#[test]
+fn train_on_the_cpu_backend_writes_finite_metrics_and_its_config() {
+    let dir = run_dir("synthetic");
+    let (ok, stdout, stderr) = tallyho(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--steps",
+        "250",
+        "--metrics-every",
+        "100",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("training on the CPU oracle backend"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("trained 250 steps (4000 transitions) on the cpu backend"),
+        "{stdout}"
+    );
+    assert_eq!(finite_metrics(&dir), (3, 250));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["env"]["envs"], 16);
+    // A second run into the same folder is refused: nothing written is lost.
+    let (ok, _, stderr) = tallyho(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--steps",
+        "10",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("already holds a run") && stderr.contains("choose another --out"),
+        "{stderr}"
+    );
+    assert_eq!(
+        finite_metrics(&dir),
+        (3, 250),
+        "the first run's metrics are intact"
+    );
+}
+
+#[test]
+fn train_on_the_es_bars_writes_finite_metrics() {
+    let data = tallyho_oracle::shared_data::dir()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .join("lean-es-minute-2013-10");
+    let dir = run_dir("es");
+    let (ok, stdout, stderr) = tallyho(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--data",
+        data.to_str().unwrap(),
+        "--steps",
+        "200",
+        "--envs",
+        "8",
+        "--metrics-every",
+        "50",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert_eq!(finite_metrics(&dir), (4, 200));
+}
+
+#[test]
+fn train_with_bad_arguments_is_refused_with_the_fix() {
+    let dir = run_dir("bad");
+    let (ok, _, stderr) = tallyho(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--steps",
+        "0",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("--steps 0 trains nothing"), "{stderr}");
+    let (ok, _, stderr) = tallyho(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--envs",
+        "0",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("envs is 0"), "{stderr}");
+    let (ok, _, stderr) = tallyho(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--data",
+        "/nonexistent/bars.csv",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("/nonexistent/bars.csv"), "{stderr}");
+    assert!(
+        !dir.join("metrics.jsonl").exists(),
+        "a refused run writes nothing"
+    );
+}
+
 mod gpu {
     use super::*;
+
+    #[test]
+    fn train_on_the_cuda_backend_writes_finite_metrics() {
+        let dir = run_dir("cuda");
+        let (ok, stdout, stderr) = tallyho(&[
+            "train",
+            "--backend",
+            "cuda",
+            "--steps",
+            "3000",
+            "--metrics-every",
+            "500",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(ok, "{stdout}\n{stderr}");
+        assert!(stderr.contains("(CUDA backend)"), "{stderr}");
+        assert_eq!(finite_metrics(&dir), (6, 3000));
+    }
+
+    #[test]
+    fn train_on_the_cuda_backend_on_the_es_bars_writes_finite_metrics() {
+        let data = tallyho_oracle::shared_data::dir()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .join("lean-es-minute-2013-10");
+        let dir = run_dir("cuda-es");
+        let (ok, stdout, stderr) = tallyho(&[
+            "train",
+            "--backend",
+            "cuda",
+            "--data",
+            data.to_str().unwrap(),
+            "--steps",
+            "2000",
+            "--metrics-every",
+            "500",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(ok, "{stdout}\n{stderr}");
+        assert_eq!(finite_metrics(&dir), (4, 2000));
+    }
 
     #[test]
     fn verify_prints_a_passing_parity_table() {

@@ -149,4 +149,30 @@ mod gpu {
         assert!(fused.is_finite() && fused > 0.0, "{fused}");
         assert!(rel <= 0.01, "the kill criterion: within 1% ({rel:.3e})");
     }
+
+    #[test]
+    fn the_gpu_trainer_learns_the_planted_component_and_earns_on_the_test_split() {
+        use tallyho_oracle::evaluate::PlantedTask;
+        use tallyho_oracle::trainer::{train, Keep};
+        let gpu = gpu();
+        let task = PlantedTask::new().unwrap();
+        let mut t = CudaTrainer::new(&gpu, &task.cfg, &task.market).unwrap();
+        let mut windows = Keep::default();
+        train(&task.cfg, task.steps, &mut t, &mut windows).unwrap();
+        for w in &windows.0 {
+            eprintln!(
+                "step {:>6}  loss {:>6.3}  reward {:>8.4}  pnl {:>9.0}  epsilon {:.3}",
+                w.step,
+                w.loss.unwrap_or(f64::NAN),
+                w.reward,
+                w.pnl,
+                w.epsilon
+            );
+        }
+        let (online, _) = t.net.params().unwrap();
+        let verdict = task.judge(&online);
+        eprintln!("{}", verdict.table());
+        let failures = verdict.failures();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
 }

@@ -218,7 +218,11 @@ impl OracleTrainer {
         replay_update_priorities(&mut self.replay, &sample.indices, &td_abs);
         match self.cfg.qnet.polyak_tau {
             Some(tau) => target_sync(&self.online, &mut self.target, Some(tau)),
-            None if self.adam.step % self.cfg.schedule.target_period == 0 => {
+            None if self
+                .adam
+                .step
+                .is_multiple_of(self.cfg.schedule.target_period) =>
+            {
                 target_sync(&self.online, &mut self.target, None)
             }
             None => {}
