@@ -46,7 +46,7 @@ pub struct TrainOptions {
 pub enum Preset {
     /// A real run: 1024 envs, the full network, 30 000 steps.
     Gpu,
-    /// About a minute on one core: 16 envs, a network of 64-wide layers, 3000 steps.
+    /// About a minute on one core: 16 envs, a network of 64-wide layers, 10 000 steps.
     Cpu,
 }
 
@@ -205,7 +205,11 @@ pub fn run(
         BackendChoice::Auto => match Gpu::new() {
             Ok(g) => Some(g),
             Err(e) => {
-                note(&format!("no GPU ({e}); training on the CPU oracle backend (same loop and results, slower)"));
+                let why = match e {
+                    Error::NoDriver => "no CUDA driver".to_string(),
+                    other => other.to_string(),
+                };
+                note(&format!("no GPU ({why}): training on the CPU oracle backend, the same loop, slower (--backend cuda insists on a GPU)"));
                 None
             }
         },
