@@ -57,7 +57,7 @@ mod gpu {
     fn the_trainer_matches_the_oracle_for_200_steps() {
         let (gpu, m) = (gpu(), market());
         let cfg = small(m.feature_dim);
-        let p = trainer_vs_oracle(&gpu, &cfg, &m, 200, true).unwrap();
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 200, |_| Ok(())).unwrap();
         eprintln!("{}", table(&p.comparisons));
         eprintln!(
             "kinds (fill, collect, learn) {:?}; greedy picks {}, flips {}",
@@ -85,7 +85,7 @@ mod gpu {
         let (gpu, m) = (gpu(), market());
         let mut cfg = small(m.feature_dim);
         cfg.qnet.n_step = 3;
-        let p = trainer_vs_oracle(&gpu, &cfg, &m, 80, true).unwrap();
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 80, |_| Ok(())).unwrap();
         eprintln!("{}", table(&p.comparisons));
         assert!(p.bad_flips.is_empty(), "{:?}", p.bad_flips);
         assert_all(&p.comparisons);
@@ -93,6 +93,42 @@ mod gpu {
             p.kinds[0], 2,
             "n = 3: two steps fill the windows before the first insert"
         );
+    }
+
+    #[test]
+    fn the_one_launch_experience_step_inside_the_trainer_matches_the_oracle() {
+        // 64 envs act layer by layer by default (one-launch blocks would not fill the GPU);
+        // forcing 16-row blocks runs experience_step inside the captured training step.
+        let (gpu, m) = (gpu(), market());
+        let cfg = small(m.feature_dim);
+        let p =
+            trainer_vs_oracle(&gpu, &cfg, &m, 60, |t| t.net.set_act_block_rows(Some(16))).unwrap();
+        eprintln!("{}", table(&p.comparisons));
+        assert!(p.bad_flips.is_empty(), "{:?}", p.bad_flips);
+        assert_all(&p.comparisons);
+    }
+
+    #[test]
+    fn polyak_n_step_2_and_the_unfused_reward_match_the_oracle() {
+        let (gpu, m) = (gpu(), market());
+        let mut cfg = small(m.feature_dim);
+        (cfg.qnet.polyak_tau, cfg.qnet.n_step) = (Some(0.05), 2);
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 60, |t| {
+            t.set_reward_path(RewardPath::Unfused);
+            Ok(())
+        })
+        .unwrap();
+        eprintln!("{}", table(&p.comparisons));
+        assert!(p.bad_flips.is_empty(), "{:?}", p.bad_flips);
+        assert_all(&p.comparisons);
+    }
+
+    #[test]
+    fn two_updates_a_step_replay_bitwise_as_eager() {
+        let (gpu, m) = (gpu(), market());
+        let mut cfg = small(m.feature_dim);
+        cfg.schedule.updates_per_step = 2;
+        assert_all(&twin_runs(&gpu, &cfg, &m, 40, |t, i| t.set_graphs(i == 0)).unwrap());
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //! - `step (back to back)`: the graph replayed `reps` times with no wait between replays,
 //!   per step: the device's time per step once launch latency is hidden, against the
 //!   isolated replay's (the share of the step's wall time the device is busy);
-//! - transitions/s = N / median and updates/s = 1 / median on the step rows; the device
-//!   memory the trainer holds (free memory before and after building and running it).
+//! - transitions/s = N / median on the step rows (updates/s = U / median = transitions/s / N
+//!   with U = 1); the device memory the trainer holds (free memory before and after
+//!   building and running it, every module loaded before the first, so that each N's
+//!   figure is its own trainer's buffers and graphs).
 //!
 //! Method: as the other benchmarks (bench.rs): warm-up calls, then per repetition two CUDA
 //! events around the work on an idle device; medians and the 10th / 90th percentiles.
@@ -69,6 +71,13 @@ pub fn bench_train(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         &TRAIN_ENVS[..]
     };
     let market = load_market(None)?;
+    // Modules and library state first, so that no N's memory figure includes them.
+    gpu.load_all()?;
+    drop(CudaTrainer::new(
+        gpu,
+        &train_config(counts[0], market.feature_dim),
+        &market,
+    )?);
     let mut rows = Vec::new();
     for &n in counts {
         gpu.synchronize()?;

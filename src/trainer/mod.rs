@@ -19,12 +19,13 @@ pub use metrics::{DeviceMetrics, StepInputs};
 use crate::env::Env;
 use crate::error::{Error, Result};
 use crate::experience::{Experience, ExperiencePath};
-use crate::graph::{Binding, GraphSlot, Phase};
+use crate::graph::{address, Binding, GraphSlot, Phase};
 use crate::qnet::{Acting, QNet};
 use crate::replay::ReplayBuffer;
 use crate::reward::{RewardPath, RewardPipeline};
 use crate::runtime::Gpu;
 use crate::transition::{DeviceStep, TransitionAssembler};
+use cudarc::driver::CudaSlice;
 use tallyho_oracle::env::{EnvMarket, Split};
 use tallyho_oracle::features::Market;
 use tallyho_oracle::schedule::StepKind;
@@ -48,6 +49,9 @@ pub struct CudaTrainer {
     metrics: DeviceMetrics,
     graphs: bool,
     slots: [GraphSlot; KINDS],
+    /// Steps run and replay rows inserted, counted on the host (never read from the device).
+    steps: u64,
+    inserted: usize,
 }
 
 fn kind_index(kind: StepKind) -> usize {
@@ -81,6 +85,8 @@ impl CudaTrainer {
             replay: ReplayBuffer::new(gpu, &cfg.replay, n)?,
             metrics: DeviceMetrics::new(gpu, n, &cfg.qnet.branches)?,
             graphs: true,
+            steps: 0,
+            inserted: 0,
             slots: [
                 GraphSlot::new("train_fill"),
                 GraphSlot::new("train_collect"),
@@ -191,18 +197,50 @@ impl CudaTrainer {
     }
 
     /// One step of `kind` through its graph slot (eager once, captured, then replayed), or
-    /// eagerly where graphs are off. The trainer owns every buffer the step touches and none
-    /// can be replaced, so the binding is the kind and the paths.
+    /// eagerly where graphs are off. The binding holds the kind, every switch that changes
+    /// the step's launches (reward path, one-launch experience and its rows per block, TF32)
+    /// and the device addresses of the buffers the step reads and writes, so a replay over
+    /// anything else is refused rather than run on stale arguments.
+    ///
+    /// The kind must be one the step can run: nothing is inserted before the n-step windows
+    /// complete, and no update samples a replay below one batch (the host counts its own
+    /// steps and inserted rows; a replayed graph is never asked).
     pub fn step_kind(&mut self, kind: StepKind) -> Result<()> {
+        self.check_kind(kind)?;
+        self.steps += 1;
+        if kind != StepKind::Fill {
+            self.inserted = (self.inserted + self.cfg.env.envs).min(self.cfg.replay.capacity);
+        }
         if !self.graphs {
             return self.step_eager(kind);
         }
         let stream = self.env.stream().clone();
-        let words = [
+        let envs = self.cfg.env.envs;
+        let a = |b: &CudaSlice<f32>| address(&stream, b);
+        let switches = [
             kind_index(kind) as u64,
             self.reward_path as u64,
             self.experience.in_one_launch(&self.env, &self.net) as u64,
+            self.net.act_block_rows(envs).unwrap_or(0) as u64,
+            self.net.tf32() as u64,
         ];
+        let (params, heads) = self.net.act_addresses();
+        let buffers = [
+            params,
+            heads,
+            a(&self.env.pnl),
+            a(&self.env.next_states),
+            a(&self.reward.reward),
+            a(&self.reward.done),
+            a(&self.replay.weights),
+            a(&self.net.priorities),
+            address(&stream, self.metrics.totals()),
+        ];
+        let mut words: Vec<u64> = switches.to_vec();
+        words.extend(self.env.act_env().addresses());
+        words.extend(self.acting.addresses(&stream));
+        words.extend(self.transition.addresses());
+        words.extend(buffers);
         let slot: fn(&mut CudaTrainer) -> &mut GraphSlot = match kind {
             StepKind::Fill => |t| &mut t.slots[0],
             StepKind::Collect => |t| &mut t.slots[1],
@@ -211,6 +249,30 @@ impl CudaTrainer {
         GraphSlot::run_on(self, slot, &stream, Binding::of(&words), |t| {
             t.step_eager(kind)
         })
+    }
+
+    /// Refuse a kind the step cannot run at this point of the run (see [`CudaTrainer::step_kind`]).
+    fn check_kind(&self, kind: StepKind) -> Result<()> {
+        if kind != StepKind::Fill && !self.transition.emits_at(self.steps) {
+            return Err(Error::Shape(format!(
+                "step {} of n-step windows of {} steps inserts nothing yet: run StepKind::Fill until step n - 1 (TrainSchedule::kind decides)",
+                self.steps, self.cfg.qnet.n_step
+            )));
+        }
+        if kind == StepKind::Learn && self.inserted + self.cfg.env.envs < self.cfg.replay.batch {
+            return Err(Error::Shape(format!(
+                "an update at step {} would sample {} rows for a batch of {}: collect until the replay holds a batch (TrainSchedule::kind decides)",
+                self.steps,
+                self.inserted + self.cfg.env.envs,
+                self.cfg.replay.batch
+            )));
+        }
+        Ok(())
+    }
+
+    /// Training steps run so far (the host's own count).
+    pub fn steps(&self) -> u64 {
+        self.steps
     }
 
     /// The metric sums since the last read (a host read; then zeroed).

@@ -236,8 +236,9 @@ impl OracleTrainer {
         })
     }
 
-    /// The metric sums of one step (cuda/trainer_metrics.cu's order: per-env sums in env
-    /// order, then the updates').
+    /// The metric sums of one step: the same quantities as cuda/trainer_metrics.cu, summed
+    /// over the envs in env order (the kernel sums per thread, then in a tree), so the two
+    /// backends' metrics agree to double rounding, not bitwise.
     fn accumulate(
         &mut self,
         epsilon: f32,

@@ -10,20 +10,25 @@
 
 use super::merge_step;
 use super::qnet::forward_chain;
+use super::reward::compare_global;
 use crate::error::{Error, Result};
+use crate::qnet::Products;
 use crate::runtime::Gpu;
 use crate::trainer::CudaTrainer;
 use tallyho_oracle::env::action_select;
 use tallyho_oracle::features::Market;
 use tallyho_oracle::philox::{self, stream};
+use tallyho_oracle::qnet::hidden_width;
+use tallyho_oracle::reward::Stage;
 use tallyho_oracle::schedule::StepKind;
 use tallyho_oracle::tolerance::{
-    gemm_chain, gemm_chain_3xtf32, QNET_TRAJECTORY, REPLAY_IS_WEIGHT, REPLAY_PRIORITY,
-    REWARD_REDUCTION,
+    gemm_chain, gemm_chain_3xtf32, gemm_chain_tf32, QNET_TRAJECTORY, REPLAY_IS_WEIGHT,
+    REPLAY_PRIORITY, REWARD_REDUCTION,
 };
-use tallyho_oracle::trainer::{Follow, OracleTrainer};
+use tallyho_oracle::trainer::{Follow, MetricTotals, OracleTrainer};
 use tallyho_oracle::{
-    compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison, TrainConfig,
+    compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison, Tolerance,
+    TrainConfig,
 };
 
 /// What a teacher-forced comparison found.
@@ -52,21 +57,46 @@ fn oracle_err(e: impl std::fmt::Display) -> Error {
 }
 
 /// Run `steps` steps of `cfg` on the training split of `market` on both trainers (the GPU's
-/// through its graphs unless `graphs` is false) and compare them (module doc).
+/// through its graphs, after `setup` chose its paths) and compare them (module doc). One
+/// update per step: only the last update's buffers survive a step to be compared.
 pub fn trainer_vs_oracle(
     gpu: &Gpu,
     cfg: &TrainConfig,
     market: &Market,
     steps: usize,
-    graphs: bool,
+    setup: impl FnOnce(&mut CudaTrainer) -> Result<()>,
 ) -> Result<TrainerParity> {
+    if cfg.schedule.updates_per_step != 1 {
+        return Err(Error::Shape(
+            "trainer_vs_oracle follows one update per step (only the last update's buffers survive a step): set schedule.updates_per_step = 1".into(),
+        ));
+    }
     let mut g = CudaTrainer::new(gpu, cfg, market)?;
-    g.set_graphs(graphs);
+    setup(&mut g)?;
     let mut o = OracleTrainer::new(cfg, market).map_err(oracle_err)?;
     let qc = &cfg.qnet;
-    let [.., fwd] = forward_chain(qc);
-    let acting_tol = gemm_chain_3xtf32(&fwd);
+    let [h1, .., fwd] = forward_chain(qc);
+    let acting_tol = match g.net.acting_products(cfg.env.envs) {
+        Products::Float32 => gemm_chain(&fwd),
+        Products::Tf32x3 => gemm_chain_3xtf32(&fwd),
+        Products::Tf32 => gemm_chain_tf32(&h1, &fwd[h1.len()..]),
+    };
     let loss_tol = gemm_chain(&fwd);
+    // The gradient norm went through the backward chain too (as check_qnet_update bounds it).
+    let n_max = qc.branches.iter().copied().max().unwrap_or(1);
+    let grad_tol = gemm_chain(
+        &[
+            fwd.clone(),
+            vec![
+                n_max * qc.atoms,
+                hidden_width(qc),
+                qc.h2,
+                qc.h1,
+                cfg.replay.batch,
+            ],
+        ]
+        .concat(),
+    );
     let width: usize = qc.branches.iter().sum();
     let mut out = TrainerParity {
         comparisons: Vec::new(),
@@ -81,7 +111,7 @@ pub fn trainer_vs_oracle(
             .kind(t as u64, cfg.env.envs, qc.n_step, cfg.replay.capacity);
         out.kinds[kind as usize] += 1;
         g.download_into(&mut o)?;
-        let (online0, env0) = (o.online.clone(), o.env.clone());
+        let (online0, env0, global0) = (o.online.clone(), o.env.clone(), o.reward_global);
         g.step_kind(kind)?;
         let gq = g.net.read_acting(&g.acting)?;
         let loss = if kind == StepKind::Learn {
@@ -104,8 +134,11 @@ pub fn trainer_vs_oracle(
             .map_err(oracle_err)?
             .clone();
 
-        // Acting: the oracle's own Q-values against the GPU's, and the flips.
+        // Acting: the oracle's own Q-values (of the parameters the step acted with, before
+        // its update) against the GPU's, and the flips.
+        let updated = std::mem::replace(&mut o.online, online0.clone());
         let own_q = o.acting_q(&rec.states);
+        o.online = updated;
         let max_diff = gq
             .iter()
             .zip(&own_q)
@@ -187,11 +220,15 @@ pub fn trainer_vs_oracle(
             &rec.reward.done,
         ));
         let (genv, gglobal) = g.reward.download_state()?;
-        c.push(compare_f32(
-            "reward global",
-            &gglobal.to_words(),
-            &o.reward_global.to_words().map(f64::from),
-            REWARD_REDUCTION,
+        // The EMAs within an ulp, the controllers re-run from the GPU's EMAs, the dispersion
+        // within its cancellation bound: the reward stage's own comparison.
+        c.extend(compare_global(
+            &cfg.reward,
+            &Stage::ALL,
+            &global0,
+            &gglobal,
+            &o.reward_global,
+            &rec.reward.reward,
         ));
         c.push(compare_exact(
             "reward steps since done",
@@ -268,14 +305,28 @@ pub fn trainer_vs_oracle(
             &o.replay.store.discounts,
         ));
         let leaves = cfg.replay.leaves();
-        c.push(compare_f32(
+        // New priorities come from each side's own forward (float32 on the GPU): the loss's
+        // GEMM-chain bound, as check_qnet_update holds them; bitwise before any update.
+        let prio_tol = if kind == StepKind::Learn {
+            loss_tol
+        } else {
+            REPLAY_PRIORITY
+        };
+        let want_tree: Vec<f64> = o.replay.tree[leaves..]
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect();
+        c.push(compare_rel_norm(
             "replay priorities",
             &rep.tree[leaves..],
-            &o.replay.tree[leaves..]
-                .iter()
-                .map(|&v| f64::from(v))
-                .collect::<Vec<_>>(),
-            REPLAY_PRIORITY,
+            &want_tree,
+            prio_tol,
+        ));
+        c.push(compare_rel_norm(
+            "replay max priority",
+            &[rep.ctl.max_priority],
+            &[f64::from(o.replay.ctl.max_priority)],
+            prio_tol,
         ));
         if let (Some(l), Some(u)) = (&loss, rec.updates.last()) {
             let (idx, w) = g.replay.read_sample()?;
@@ -290,6 +341,13 @@ pub fn trainer_vs_oracle(
                 "loss",
                 &[l.loss as f32],
                 &[u.loss],
+                loss_tol,
+            ));
+            let want_prio: Vec<f64> = u.td_abs.iter().map(|&v| f64::from(v)).collect();
+            c.push(compare_rel_norm(
+                "priorities",
+                &l.priorities,
+                &want_prio,
                 loss_tol,
             ));
             let (gon, gtg) = g.net.params()?;
@@ -317,6 +375,56 @@ pub fn trainer_vs_oracle(
                 "adam step",
                 &[g.net.opt.ctl()?.step],
                 &[o.adam.step],
+            ));
+        }
+        // The step's metric sums: counts and flags exactly, epsilon bitwise, the double sums
+        // over envs (another order on each side) as floats, the greedy value within the
+        // acting bound, the update's loss and gradient norm within their chains' bounds.
+        let (gm, om) = (g.take_metrics()?, std::mem::take(&mut o.totals));
+        let counts = |m: &MetricTotals| {
+            [m.steps, m.trades, m.episodes, m.updates, m.flags].map(|x| x as u32)
+        };
+        c.push(compare_exact(
+            "metric counts and flags",
+            &counts(&gm),
+            &counts(&om),
+        ));
+        c.push(compare_exact(
+            "metric epsilon",
+            &[(gm.epsilon as f32).to_bits()],
+            &[(om.epsilon as f32).to_bits()],
+        ));
+        let sums = Tolerance {
+            atol: 1e-12 * (om.reward.abs() + om.pnl.abs() + 1.0),
+            rtol: 2.4e-7,
+            exact: false,
+            norm: false,
+            reason: "double sums over the envs in another order, compared as float",
+        };
+        c.push(compare_f32(
+            "metric reward, pnl",
+            &[gm.reward as f32, gm.pnl as f32],
+            &[om.reward, om.pnl],
+            sums,
+        ));
+        c.push(compare_rel_norm(
+            "metric q",
+            &[gm.q as f32],
+            &[om.q],
+            acting_tol,
+        ));
+        if kind == StepKind::Learn {
+            c.push(compare_rel_norm(
+                "metric loss",
+                &[gm.loss as f32],
+                &[om.loss],
+                loss_tol,
+            ));
+            c.push(compare_rel_norm(
+                "metric gradient norm",
+                &[gm.grad_norm as f32],
+                &[om.grad_norm],
+                grad_tol,
             ));
         }
         merge_step(&mut out.comparisons, t, c);
@@ -358,6 +466,21 @@ pub fn compare_states(a: &OracleTrainer, b: &OracleTrainer) -> Vec<Comparison> {
         &a.ring.rewards,
         &b.ring.rewards,
     ));
+    c.push(compare_bitwise(
+        "ring next states",
+        &a.ring.next_states,
+        &b.ring.next_states,
+    ));
+    c.push(compare_exact(
+        "ring actions",
+        &a.ring.actions,
+        &b.ring.actions,
+    ));
+    c.push(compare_exact(
+        "ring reasons",
+        &a.ring.reasons,
+        &b.ring.reasons,
+    ));
     c.push(compare_exact("ring counts", &a.ring.counts, &b.ring.counts));
     c.push(compare_bitwise(
         "replay states",
@@ -368,6 +491,21 @@ pub fn compare_states(a: &OracleTrainer, b: &OracleTrainer) -> Vec<Comparison> {
         "replay rewards",
         &a.replay.store.rewards,
         &b.replay.store.rewards,
+    ));
+    c.push(compare_bitwise(
+        "replay next states",
+        &a.replay.store.next_states,
+        &b.replay.store.next_states,
+    ));
+    c.push(compare_exact(
+        "replay actions",
+        &a.replay.store.actions,
+        &b.replay.store.actions,
+    ));
+    c.push(compare_bitwise(
+        "replay max priority",
+        &[a.replay.ctl.max_priority],
+        &[b.replay.ctl.max_priority],
     ));
     c.push(compare_bitwise(
         "replay discounts",
