@@ -82,7 +82,8 @@ pub enum StepKind {
     Fill,
     /// The step's N transitions are inserted; no update yet (the replay is below `learn_start`).
     Collect,
-    /// Insert, then U updates and the target sync when due.
+    /// U updates (each with the target sync when due) on the replay as it was before this
+    /// step, then the insert.
     Learn,
 }
 
@@ -135,14 +136,14 @@ impl TrainSchedule {
     }
 
     /// What step `step` (from 0) runs for `envs` envs, n-step windows of `n_step` steps: Fill
-    /// before step n - 1; then Collect until the replay (which gains `envs` rows a step, up
-    /// to its `capacity`) holds `learn_start` rows after the step's insert; Learn after.
+    /// before step n - 1; then Collect until the replay (which gains `envs` rows a step from
+    /// step n - 1, up to its `capacity`) holds `learn_start` rows before the step; Learn after.
     pub fn kind(&self, step: u64, envs: usize, n_step: u32, capacity: usize) -> StepKind {
         let first_insert = u64::from(n_step.max(1) - 1);
         if step < first_insert {
             return StepKind::Fill;
         }
-        let rows = ((step - first_insert + 1).saturating_mul(envs as u64)).min(capacity as u64);
+        let rows = ((step - first_insert).saturating_mul(envs as u64)).min(capacity as u64);
         if rows < self.learn_start as u64 {
             StepKind::Collect
         } else {
@@ -177,16 +178,18 @@ mod tests {
             learn_start: 256,
             ..TrainSchedule::default()
         };
-        // n = 3, 64 envs: steps 0, 1 fill; inserts from step 2; 256 rows after step 5.
+        // n = 3, 64 envs: steps 0, 1 fill; inserts from step 2; 256 rows before step 6.
         let kinds: Vec<StepKind> = (0..8).map(|t| s.kind(t, 64, 3, 1024)).collect();
         use StepKind::*;
         assert_eq!(
             kinds,
-            [Fill, Fill, Collect, Collect, Collect, Learn, Learn, Learn]
+            [Fill, Fill, Collect, Collect, Collect, Collect, Learn, Learn]
         );
-        // n = 1: the first step inserts; capacity caps the count.
-        assert_eq!(s.kind(0, 512, 1, 1024), Learn);
-        assert_eq!(s.kind(0, 100, 1, 1024), Collect);
+        // n = 1: the first step inserts, the second learns from it; capacity caps the count.
+        assert_eq!(s.kind(0, 512, 1, 1024), Collect);
+        assert_eq!(s.kind(1, 512, 1, 1024), Learn);
+        assert_eq!(s.kind(2, 100, 1, 1024), Collect);
+        assert_eq!(s.kind(3, 100, 1, 1024), Learn);
         let big = TrainSchedule {
             learn_start: 5000,
             ..TrainSchedule::default()

@@ -4,9 +4,10 @@
 //!
 //! A step: [`Experience::step`] (epsilon's schedule, the one-launch experience step, s'
 //! kept before the auto-reset) -> [`RewardPipeline::step`] (fused by default) on the step's
-//! PnL and positions -> [`TransitionAssembler::assemble`] (one n-step transition per env) -> the
-//! replay insert of those N rows -> U x (sample, gather, [`QNet::update`], priority update,
-//! [`QNet::target_sync_due`]) -> the metric sums. Every per-step value (epsilon and its
+//! PnL and positions -> [`TransitionAssembler::assemble`] (one n-step transition per env) and
+//! the step's metric sums -> U x (sample, gather, [`QNet::update`], priority update,
+//! [`QNet::target_sync_due`], the update's metrics) on the replay as it was before the step
+//! -> the replay insert of the step's N rows. Every per-step value (epsilon and its
 //! counter, Philox clocks, the replay's cursor and sample step, Adam's step, the n-step
 //! counts) lives in device memory and is advanced by kernels, so the captured step replays.
 //! The metrics are read every K steps by [`Backend::take_metrics`], outside the replay.
@@ -138,14 +139,13 @@ impl CudaTrainer {
         if kind == StepKind::Fill {
             return Ok(());
         }
-        self.phase_insert()?;
         if kind == StepKind::Learn {
             for _ in 0..self.cfg.schedule.updates_per_step {
                 self.phase_update()?;
                 self.phase_sync()?;
             }
         }
-        Ok(())
+        self.phase_insert()
     }
 
     /// The experience step: epsilon, state gather, acting forward, select, fill, barriers, s'.
@@ -259,12 +259,10 @@ impl CudaTrainer {
                 self.steps, self.cfg.qnet.n_step
             )));
         }
-        if kind == StepKind::Learn && self.inserted + self.cfg.env.envs < self.cfg.replay.batch {
+        if kind == StepKind::Learn && self.inserted < self.cfg.replay.batch {
             return Err(Error::Shape(format!(
-                "an update at step {} would sample {} rows for a batch of {}: collect until the replay holds a batch (TrainSchedule::kind decides)",
-                self.steps,
-                self.inserted + self.cfg.env.envs,
-                self.cfg.replay.batch
+                "an update at step {} would sample a replay of {} rows for a batch of {}: collect until the replay holds a batch (TrainSchedule::kind decides)",
+                self.steps, self.inserted, self.cfg.replay.batch
             )));
         }
         Ok(())

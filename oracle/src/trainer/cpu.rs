@@ -168,11 +168,6 @@ impl OracleTrainer {
             &outcome.next_states,
             &outcome.reason,
         )?;
-        if kind != StepKind::Fill {
-            if let Some(t) = &emitted {
-                replay_insert(&mut self.replay, t);
-            }
-        }
         let mut updates = Vec::new();
         if kind == StepKind::Learn {
             for u in 0..cfg.schedule.updates_per_step as usize {
@@ -180,6 +175,11 @@ impl OracleTrainer {
                     .and_then(|f| f.next_actions.get(u))
                     .map(Vec::as_slice);
                 updates.push(self.update(next)?);
+            }
+        }
+        if kind != StepKind::Fill {
+            if let Some(t) = &emitted {
+                replay_insert(&mut self.replay, t);
             }
         }
         self.accumulate(epsilon, &q, &outcome.pnl, &outcome.done, &reward, &updates);

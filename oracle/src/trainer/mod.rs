@@ -7,11 +7,18 @@
 //!    the experience step (epsilon from its schedule, state gather, acting forward,
 //!    epsilon-greedy select, fill, barriers, auto-reset; s' kept from before the reset),
 //!    the reward pipeline on the step's PnL and positions, the n-step assembly of one
-//!    transition per env, then unless `Fill` the replay insert of those N transitions, then
-//!    for `Learn` U updates (sample, gather, importance weights, the three forwards, the
-//!    loss, backward, clip, Adam, the priority update), each followed by the target sync when
-//!    due (Polyak after every update, else a copy when the update count is a multiple of
-//!    `target_period`).
+//!    transition per env; then for `Learn` U updates (sample, gather, importance weights,
+//!    the three forwards, the loss, backward, clip, Adam, the priority update), each followed
+//!    by the target sync when due (Polyak after every update, else a copy when the update
+//!    count is a multiple of `target_period`); then unless `Fill` the replay insert of the
+//!    step's N transitions.
+//!
+//!    So the updates of step t learn from the replay as it was before step t (its newest
+//!    rows are step t - 1's), and the first one's gradient is taken at the parameters step t
+//!    acted with. That order is what lets the CUDA step run the experience half and the
+//!    first update's sample, gather, forwards, loss and backward side by side (they share
+//!    no buffer it writes), joining before Adam writes the parameters and the insert writes
+//!    the replay; with the oracle defining it, the results are the same either way.
 //! 2. Every `metrics_every` steps and after the last: `backend.take_metrics()` (sums since
 //!    the last read), turned into [`Metrics`] and handed to the observer. A non-finite loss,
 //!    reward, Q-value or gradient norm stops the run with [`TrainError::NonFinite`], after the

@@ -80,18 +80,11 @@ fn the_loop_runs_each_kind_in_order_and_reads_metrics_every_k_and_at_the_end() {
     };
     let mut keep = Keep::default();
     let last = train(&cfg, 25, &mut b, &mut keep).expect("runs");
-    // n = 3: steps 0, 1 fill; 8 rows a step from step 2, 32 rows (learn_start) after step 5.
+    // n = 3: steps 0, 1 fill; 8 rows a step from step 2, 32 rows (learn_start) before step 6.
+    use StepKind::{Collect, Fill, Learn};
     assert_eq!(
-        &b.kinds[..7],
-        &[
-            StepKind::Fill,
-            StepKind::Fill,
-            StepKind::Collect,
-            StepKind::Collect,
-            StepKind::Collect,
-            StepKind::Learn,
-            StepKind::Learn
-        ]
+        &b.kinds[..8],
+        &[Fill, Fill, Collect, Collect, Collect, Collect, Learn, Learn]
     );
     assert_eq!(b.kinds.len(), 25);
     let steps: Vec<u64> = keep.0.iter().map(|m| m.step).collect();
