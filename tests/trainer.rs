@@ -140,7 +140,10 @@ mod gpu {
         // The graphed twin did replay its captured Learn step.
         let mut t = CudaTrainer::new(&gpu, &cfg, &m).unwrap();
         let refused = t.step_kind(StepKind::Learn).unwrap_err().to_string();
-        assert!(refused.contains("collect until the replay holds a batch"), "{refused}");
+        assert!(
+            refused.contains("collect until the replay holds a batch"),
+            "{refused}"
+        );
         t.step_kind(StepKind::Collect).unwrap();
         for _ in 0..3 {
             t.step_kind(StepKind::Learn).unwrap();

@@ -2,7 +2,7 @@
 //! [`crate::trainer`] gives, with the same Philox draws as the GPU (every draw is named by
 //! the run seed and device-held counters that both sides advance alike).
 
-use super::metrics::{MetricTotals, NonFinite};
+use super::metrics::{trainer_metrics_step, trainer_metrics_update, MetricTotals, StepValues};
 use super::Backend;
 use crate::config::ConfigError;
 use crate::env::{action_select, barriers, fill_step, state_gather, EnvMarket, EnvState, Split};
@@ -236,9 +236,8 @@ impl OracleTrainer {
         })
     }
 
-    /// The metric sums of one step: the same quantities as cuda/trainer_metrics.cu, summed
-    /// over the envs in env order (the kernel sums per thread, then in a tree), so the two
-    /// backends' metrics agree to double rounding, not bitwise.
+    /// The step's metric sums ([`trainer_metrics_step`], then [`trainer_metrics_update`]
+    /// per update).
     fn accumulate(
         &mut self,
         epsilon: f32,
@@ -248,52 +247,19 @@ impl OracleTrainer {
         reward: &RewardOut,
         updates: &[UpdateRecord],
     ) {
-        let t = &mut self.totals;
-        let mut flags = t.flags as u32;
-        t.steps += 1.0;
-        t.epsilon = f64::from(epsilon);
-        let n = pnl.len();
-        let width: usize = self.cfg.qnet.branches.iter().sum();
-        for i in 0..n {
-            let r = reward.reward[i];
-            t.reward += f64::from(r);
-            t.pnl += f64::from(pnl[i]);
-            t.trades += f64::from(reward.done[i]);
-            t.episodes += f64::from(done[i]);
-            let row = &q[i * width..(i + 1) * width];
-            let (mut off, mut greedy) = (0, 0.0f64);
-            for &nk in &self.cfg.qnet.branches {
-                let mut best = f64::NEG_INFINITY;
-                for &v in &row[off..off + nk] {
-                    let v = f64::from(v);
-                    if !v.is_finite() {
-                        flags |= NonFinite::Q;
-                    }
-                    if v > best {
-                        best = v;
-                    }
-                }
-                greedy += best;
-                off += nk;
-            }
-            let greedy = greedy / self.cfg.qnet.branches.len() as f64;
-            t.q += greedy;
-            if !r.is_finite() {
-                flags |= NonFinite::REWARD;
-            }
-        }
+        let step = StepValues {
+            reward: &reward.reward,
+            pnl,
+            trade_done: &reward.done,
+            episode_done: done,
+            q,
+            branches: &self.cfg.qnet.branches,
+            epsilon,
+        };
+        trainer_metrics_step(&mut self.totals, &step);
         for u in updates {
-            t.updates += 1.0;
-            t.loss += u.loss;
-            t.grad_norm += u.grad_norm;
-            if !u.loss.is_finite() {
-                flags |= NonFinite::LOSS;
-            }
-            if !u.grad_norm.is_finite() {
-                flags |= NonFinite::GRAD_NORM;
-            }
+            trainer_metrics_update(&mut self.totals, u.loss, u.grad_norm);
         }
-        t.flags = f64::from(flags);
     }
 }
 

@@ -91,6 +91,77 @@ impl NonFinite {
     }
 }
 
+/// What one step's metric sums read: per env the transition reward, the net realized PnL,
+/// the trade-closed and episode-ended flags (0 or 1) and the acting Q-values `[N x sum n_k]`
+/// of `branches`; the step's epsilon.
+#[derive(Clone, Copy, Debug)]
+pub struct StepValues<'a> {
+    pub reward: &'a [f32],
+    pub pnl: &'a [f32],
+    pub trade_done: &'a [f32],
+    pub episode_done: &'a [f32],
+    pub q: &'a [f32],
+    pub branches: &'a [usize],
+    pub epsilon: f32,
+}
+
+/// **trainer_metrics_step** (cuda/trainer_metrics.cu): `steps += 1`; reward, PnL, trades and
+/// episodes summed over the envs in double; the greedy value estimate `(1/K) sum_k max_j
+/// Q_k(s, j)` (in double; a NaN never wins the max) summed over the envs; `epsilon` = the
+/// step's; flags |= REWARD where a reward is not finite, Q where a Q-value is not. The
+/// kernel sums per thread and then in a fixed tree, the oracle in env order: the sums agree
+/// to double rounding.
+pub fn trainer_metrics_step(t: &mut MetricTotals, v: &StepValues) {
+    let mut flags = t.flags as u32;
+    t.steps += 1.0;
+    t.epsilon = f64::from(v.epsilon);
+    let width: usize = v.branches.iter().sum();
+    for i in 0..v.pnl.len() {
+        let r = v.reward[i];
+        t.reward += f64::from(r);
+        t.pnl += f64::from(v.pnl[i]);
+        t.trades += f64::from(v.trade_done[i]);
+        t.episodes += f64::from(v.episode_done[i]);
+        let row = &v.q[i * width..(i + 1) * width];
+        let (mut off, mut greedy) = (0, 0.0f64);
+        for &nk in v.branches {
+            let mut best = f64::NEG_INFINITY;
+            for &x in &row[off..off + nk] {
+                let x = f64::from(x);
+                if !x.is_finite() {
+                    flags |= NonFinite::Q;
+                }
+                if x > best {
+                    best = x;
+                }
+            }
+            greedy += best;
+            off += nk;
+        }
+        t.q += greedy / v.branches.len() as f64;
+        if !r.is_finite() {
+            flags |= NonFinite::REWARD;
+        }
+    }
+    t.flags = f64::from(flags);
+}
+
+/// **trainer_metrics_update**: `updates += 1`, the batch loss and the gradient norm (before
+/// clipping) added; flags |= LOSS or GRAD_NORM where one is not finite.
+pub fn trainer_metrics_update(t: &mut MetricTotals, loss: f64, grad_norm: f64) {
+    let mut flags = t.flags as u32;
+    t.updates += 1.0;
+    t.loss += loss;
+    t.grad_norm += grad_norm;
+    if !loss.is_finite() {
+        flags |= NonFinite::LOSS;
+    }
+    if !grad_norm.is_finite() {
+        flags |= NonFinite::GRAD_NORM;
+    }
+    t.flags = f64::from(flags);
+}
+
 /// One metrics window, as `metrics.jsonl` holds it (one object a line).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Metrics {

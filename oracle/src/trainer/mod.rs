@@ -31,7 +31,9 @@ mod cpu;
 mod metrics;
 
 pub use cpu::{Follow, OracleError, OracleTrainer, StepRecord, UpdateRecord};
-pub use metrics::{MetricTotals, Metrics, NonFinite};
+pub use metrics::{
+    trainer_metrics_step, trainer_metrics_update, MetricTotals, Metrics, NonFinite, StepValues,
+};
 
 use crate::schedule::StepKind;
 use crate::train_config::TrainConfig;
