@@ -16,6 +16,7 @@ use crate::graph::{Binding, GraphSlot, Phase};
 use crate::qnet::act::{ForwardEntries, ForwardKernel};
 use crate::qnet::{Acting, QNet};
 use crate::runtime::{entry, Gpu, Programmatic};
+use cudarc::driver::{CudaEvent, CudaStream};
 use std::sync::Arc;
 
 /// `experience_step`'s entry points, one per feed and rows per block (as qnet_act's).
@@ -40,6 +41,10 @@ pub enum ExperiencePath {
 /// (loaded for the network's plans), the path, and the step's graph slot.
 pub struct Experience {
     kernel: ForwardKernel,
+    /// Hand-overs between the env's stream and the network's, where they differ (the
+    /// unfused path's layer-by-layer acting runs on the network's stream).
+    to_net: CudaEvent,
+    to_env: CudaEvent,
     /// The pair it was made for: the env's states address, the network's parameter and
     /// head-matrix addresses, and whether its weights take the aligned feed (the entry
     /// points loaded and the widths checked hold for that pair only).
@@ -59,6 +64,15 @@ fn pair_of(act_env: &ActEnv, net: &QNet) -> [u64; 4] {
     ]
 }
 
+/// `to` waits for the work queued on `from` so far (nothing where they are one stream).
+fn hand_over(event: &CudaEvent, from: &Arc<CudaStream>, to: &Arc<CudaStream>) -> Result<()> {
+    if !Arc::ptr_eq(from, to) {
+        event.record(from)?;
+        to.wait(event)?;
+    }
+    Ok(())
+}
+
 impl Experience {
     /// The experience step of `env`'s envs acting by `net`: the env's state width and
     /// actions must be the network's.
@@ -74,6 +88,8 @@ impl Experience {
         }
         Ok(Experience {
             kernel: net.load_forward_kernel(gpu, &EXPERIENCE_STEP)?,
+            to_net: gpu.ctx.new_event(None)?,
+            to_env: gpu.ctx.new_event(None)?,
             made_for: pair_of(&e, net),
             path: ExperiencePath::Fused,
             graph: GraphSlot::new("experience_step"),
@@ -131,7 +147,9 @@ impl Experience {
             }
         }
         env.state_gather()?;
+        hand_over(&self.to_net, env.stream(), net.stream())?;
         net.act(&env.x, acting)?;
+        hand_over(&self.to_env, net.stream(), env.stream())?;
         env.env_step(&acting.q)
     }
 

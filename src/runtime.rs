@@ -171,6 +171,18 @@ impl Gpu {
         })
     }
 
+    /// The same device launching on `stream` (a second stream of this context), sharing the
+    /// modules loaded so far: load every module first ([`Gpu::load_all`]) so that nothing
+    /// compiles twice.
+    pub fn with_stream(&self, stream: Arc<CudaStream>) -> Gpu {
+        Gpu {
+            ctx: self.ctx.clone(),
+            stream,
+            arch: self.arch,
+            modules: RefCell::new(self.modules.borrow().clone()),
+        }
+    }
+
     pub fn arch(&self) -> &'static str {
         self.arch
     }

@@ -57,7 +57,7 @@ mod gpu {
     fn the_trainer_matches_the_oracle_for_200_steps() {
         let (gpu, m) = (gpu(), market());
         let cfg = small(m.feature_dim);
-        let p = trainer_vs_oracle(&gpu, &cfg, &m, 200, |_| Ok(())).unwrap();
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 200, false, |_| Ok(())).unwrap();
         eprintln!("{}", table(&p.comparisons));
         eprintln!(
             "kinds (fill, collect, learn) {:?}; greedy picks {}, flips {}",
@@ -85,7 +85,7 @@ mod gpu {
         let (gpu, m) = (gpu(), market());
         let mut cfg = small(m.feature_dim);
         cfg.qnet.n_step = 3;
-        let p = trainer_vs_oracle(&gpu, &cfg, &m, 80, |_| Ok(())).unwrap();
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 80, false, |_| Ok(())).unwrap();
         eprintln!("{}", table(&p.comparisons));
         assert!(p.bad_flips.is_empty(), "{:?}", p.bad_flips);
         assert_all(&p.comparisons);
@@ -101,8 +101,10 @@ mod gpu {
         // forcing 16-row blocks runs experience_step inside the captured training step.
         let (gpu, m) = (gpu(), market());
         let cfg = small(m.feature_dim);
-        let p =
-            trainer_vs_oracle(&gpu, &cfg, &m, 60, |t| t.net.set_act_block_rows(Some(16))).unwrap();
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 60, false, |t| {
+            t.net.set_act_block_rows(Some(16))
+        })
+        .unwrap();
         eprintln!("{}", table(&p.comparisons));
         assert!(p.bad_flips.is_empty(), "{:?}", p.bad_flips);
         assert_all(&p.comparisons);
@@ -113,8 +115,42 @@ mod gpu {
         let (gpu, m) = (gpu(), market());
         let mut cfg = small(m.feature_dim);
         (cfg.qnet.polyak_tau, cfg.qnet.n_step) = (Some(0.05), 2);
-        let p = trainer_vs_oracle(&gpu, &cfg, &m, 60, |t| {
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 60, false, |t| {
             t.set_reward_path(RewardPath::Unfused);
+            Ok(())
+        })
+        .unwrap();
+        eprintln!("{}", table(&p.comparisons));
+        assert!(p.bad_flips.is_empty(), "{:?}", p.bad_flips);
+        assert_all(&p.comparisons);
+    }
+
+    #[test]
+    fn the_overlapped_step_gives_the_sequential_steps_bits() {
+        // The update on its own stream beside the experience half, graph-replayed, against
+        // the same step on one stream launched eagerly; at 64 envs (acting layer by layer,
+        // handed between the streams) and with the one-launch experience step.
+        let (gpu, m) = (gpu(), market());
+        let cfg = small(m.feature_dim);
+        assert_all(
+            &twin_runs(&gpu, &cfg, &m, 60, [true, false], |t, i| {
+                t.set_graphs(i == 0)
+            })
+            .unwrap(),
+        );
+        let one_launch = |t: &mut CudaTrainer, i: usize| {
+            t.net.set_act_block_rows(Some(16)).unwrap();
+            t.set_graphs(i == 0);
+        };
+        assert_all(&twin_runs(&gpu, &cfg, &m, 60, [true, false], one_launch).unwrap());
+    }
+
+    #[test]
+    fn the_overlapped_trainer_matches_the_oracle() {
+        let (gpu, m) = (gpu(), market());
+        let cfg = small(m.feature_dim);
+        let p = trainer_vs_oracle(&gpu, &cfg, &m, 100, true, |t| {
+            assert!(t.overlaps());
             Ok(())
         })
         .unwrap();
@@ -128,14 +164,22 @@ mod gpu {
         let (gpu, m) = (gpu(), market());
         let mut cfg = small(m.feature_dim);
         cfg.schedule.updates_per_step = 2;
-        assert_all(&twin_runs(&gpu, &cfg, &m, 40, |t, i| t.set_graphs(i == 0)).unwrap());
+        assert_all(
+            &twin_runs(&gpu, &cfg, &m, 40, [false; 2], |t, i| t.set_graphs(i == 0)).unwrap(),
+        );
+        assert_all(
+            &twin_runs(&gpu, &cfg, &m, 40, [true, false], |t, i| {
+                t.set_graphs(i == 0)
+            })
+            .unwrap(),
+        );
     }
 
     #[test]
     fn the_graph_replayed_step_is_bitwise_the_eager_step_for_100_steps() {
         let (gpu, m) = (gpu(), market());
         let cfg = small(m.feature_dim);
-        let c = twin_runs(&gpu, &cfg, &m, 100, |t, i| t.set_graphs(i == 0)).unwrap();
+        let c = twin_runs(&gpu, &cfg, &m, 100, [false; 2], |t, i| t.set_graphs(i == 0)).unwrap();
         assert_all(&c);
         // The graphed twin did replay its captured Learn step.
         let mut t = CudaTrainer::new(&gpu, &cfg, &m).unwrap();
@@ -158,7 +202,7 @@ mod gpu {
     fn two_runs_with_one_seed_are_bitwise_equal() {
         let (gpu, m) = (gpu(), market());
         let cfg = small(m.feature_dim);
-        assert_all(&twin_runs(&gpu, &cfg, &m, 120, |_, _| {}).unwrap());
+        assert_all(&twin_runs(&gpu, &cfg, &m, 120, [false; 2], |_, _| {}).unwrap());
     }
 
     #[test]

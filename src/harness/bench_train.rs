@@ -9,6 +9,9 @@
 //! - the phases, each captured alone: `experience`, `reward` (reward pipeline, n-step
 //!   assembly, the step's metrics), `insert`, `update` (sample, gather, forwards, loss,
 //!   backward, Adam, priorities), `sync`;
+//! - `step (overlap)`: the same step with the update on a stream of its own, the
+//!   experience half and the first update's sample..backward as two branches of the graph
+//!   (`CudaTrainer::with_overlap`), eager and graph;
 //! - `step (back to back)`: the graph replayed `reps` times with no wait between replays,
 //!   per step: the device's time per step once launch latency is hidden, against the
 //!   isolated replay's (the share of the step's wall time the device is busy);
@@ -29,6 +32,7 @@ use crate::reward::RewardPath;
 use crate::runtime::Gpu;
 use crate::trainer::CudaTrainer;
 use cudarc::driver::sys::CUevent_flags;
+use tallyho_oracle::features::Market;
 use tallyho_oracle::schedule::StepKind;
 use tallyho_oracle::TrainConfig;
 
@@ -78,26 +82,13 @@ pub fn bench_train(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
         &train_config(counts[0], market.feature_dim),
         &market,
     )?);
+    let learn = |t: &mut CudaTrainer| t.step_eager(StepKind::Learn);
     let mut rows = Vec::new();
     for &n in counts {
         gpu.synchronize()?;
         let before = used_bytes()?;
         let cfg = train_config(n, market.feature_dim);
-        let mut t = CudaTrainer::new(gpu, &cfg, &market)?;
-        t.set_graphs(false);
-        let mut step = 0u64;
-        while cfg
-            .schedule
-            .kind(step, n, cfg.qnet.n_step, cfg.replay.capacity)
-            != StepKind::Learn
-        {
-            t.step_eager(
-                cfg.schedule
-                    .kind(step, n, cfg.qnet.n_step, cfg.replay.capacity),
-            )?;
-            step += 1;
-        }
-        let learn = |t: &mut CudaTrainer| t.step_eager(StepKind::Learn);
+        let mut t = prefilled(gpu, &cfg, &market, false)?;
         rows.extend(with_rates(
             timing.both_modes(gpu, &mut t, "step", TRAIN_CAPACITY, n, learn)?,
             n,
@@ -137,8 +128,33 @@ pub fn bench_train(gpu: &Gpu, opts: &BenchOptions) -> Result<Vec<BenchRow>> {
             r.device_mib = Some(used as f64 / (1u64 << 20) as f64);
         }
         drop(t);
+        let mut t = prefilled(gpu, &cfg, &market, true)?;
+        rows.extend(with_rates(
+            timing.both_modes(gpu, &mut t, "step (overlap)", TRAIN_CAPACITY, n, learn)?,
+            n,
+        ));
+        drop(t);
     }
     Ok(rows)
+}
+
+/// A trainer of `cfg` whose replay is filled to its learn threshold by eager collect steps,
+/// so that its next step is a Learn step.
+fn prefilled(gpu: &Gpu, cfg: &TrainConfig, market: &Market, overlap: bool) -> Result<CudaTrainer> {
+    let n = cfg.env.envs;
+    let mut t = CudaTrainer::with_overlap(gpu, cfg, market, overlap)?;
+    t.set_graphs(false);
+    let mut step = 0u64;
+    loop {
+        let kind = cfg
+            .schedule
+            .kind(step, n, cfg.qnet.n_step, cfg.replay.capacity);
+        if kind == StepKind::Learn {
+            return Ok(t);
+        }
+        t.step_kind(kind)?;
+        step += 1;
+    }
 }
 
 /// The whole step's graph replayed `reps` times back to back, timed as one span: the

@@ -295,14 +295,21 @@ impl QNet {
         )
     }
 
-    /// One whole update, eagerly: forward, loss, backward, optimizer step. The new
+    /// One whole update, eagerly: [`QNet::gradients`], then [`QNet::optimize`]. The new
     /// priorities are in [`QNet::priorities`].
     pub fn update(&mut self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
+        self.gradients(t, weights)?;
+        self.optimize()
+    }
+
+    /// The update up to the gradients: forward, loss (and the new priorities), backward. It
+    /// reads the parameters and writes only the update's own buffers, so it may run beside
+    /// acting on the same parameters; [`QNet::optimize`] then writes them.
+    pub fn gradients(&mut self, t: &DeviceTransitions, weights: &CudaSlice<f32>) -> Result<()> {
         self.check_batch(t, weights)?;
         self.forward(&t.states, &t.next_states)?;
         self.loss(t, weights)?;
-        self.backward()?;
-        self.optimize()
+        self.backward()
     }
 
     /// [`QNet::update`] through the network's graph slot: eager once, then captured, then

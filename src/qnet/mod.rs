@@ -273,6 +273,11 @@ impl QNet {
         self.gemm.tf32()
     }
 
+    /// The stream the network's launches go to (acting layer by layer included).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     pub fn config(&self) -> &QNetConfig {
         &self.cfg
     }

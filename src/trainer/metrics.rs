@@ -35,6 +35,8 @@ pub struct StepInputs<'a> {
 
 pub struct DeviceMetrics {
     stream: Arc<CudaStream>,
+    /// Where the updates' launches go (the stream of the update, the same by default).
+    update_stream: Arc<CudaStream>,
     totals: CudaSlice<f64>,
     branches: MetricBranches,
     envs: usize,
@@ -56,6 +58,7 @@ impl DeviceMetrics {
         }
         Ok(DeviceMetrics {
             stream: gpu.stream.clone(),
+            update_stream: gpu.stream.clone(),
             totals: gpu.stream.alloc_zeros(MetricTotals::WORDS)?,
             branches: MetricBranches {
                 count: branches.len() as u32,
@@ -110,12 +113,18 @@ impl DeviceMetrics {
         Ok(())
     }
 
+    /// Launch [`DeviceMetrics::update`] on `stream`, where the updates run (it must be
+    /// ordered after the step's [`DeviceMetrics::step`] by the caller).
+    pub fn set_update_stream(&mut self, stream: Arc<CudaStream>) {
+        self.update_stream = stream;
+    }
+
     /// `trainer_metrics_update`: one update's loss and gradient norm.
     pub fn update(&mut self, loss: &CudaSlice<f64>, opt_ctl: &CudaSlice<u32>) -> Result<()> {
         if loss.is_empty() || opt_ctl.len() < 8 {
             return Err(Error::Shape("metrics of an update read the loss (1 f64) and the optimizer's control block (8 words)".into()));
         }
-        let mut b = self.stream.launch_builder(&self.update_k);
+        let mut b = self.update_stream.launch_builder(&self.update_k);
         b.arg(&mut self.totals).arg(loss).arg(opt_ctl);
         // SAFETY: trainer_metrics_update(double* [11], const double* loss [1], const OptCtl*):
         // the control block is the optimizer's 32 bytes (checked above). One thread.

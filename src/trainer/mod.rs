@@ -26,7 +26,8 @@ use crate::replay::ReplayBuffer;
 use crate::reward::{RewardPath, RewardPipeline};
 use crate::runtime::Gpu;
 use crate::transition::{DeviceStep, TransitionAssembler};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use std::sync::Arc;
 use tallyho_oracle::env::{EnvMarket, Split};
 use tallyho_oracle::features::Market;
 use tallyho_oracle::schedule::StepKind;
@@ -53,6 +54,21 @@ pub struct CudaTrainer {
     /// Steps run and replay rows inserted, counted on the host (never read from the device).
     steps: u64,
     inserted: usize,
+    /// The update's stream (the step's own where the halves do not overlap), and the
+    /// events of the fork, the hand-over after the experience half, and the join.
+    learner: Arc<CudaStream>,
+    forked: CudaEvent,
+    acted: CudaEvent,
+    joined: CudaEvent,
+}
+
+/// `to` waits for the work queued on `from` so far (nothing where they are one stream).
+fn hand_over(event: &CudaEvent, from: &Arc<CudaStream>, to: &Arc<CudaStream>) -> Result<()> {
+    if !Arc::ptr_eq(from, to) {
+        event.record(from)?;
+        to.wait(event)?;
+    }
+    Ok(())
 }
 
 fn kind_index(kind: StepKind) -> usize {
@@ -66,25 +82,51 @@ fn kind_index(kind: StepKind) -> usize {
 impl CudaTrainer {
     /// A run of `cfg` on the training split of `market`: the same initial state as
     /// tallyho_oracle::trainer::OracleTrainer::new (envs at their Philox starts, the network
-    /// from `qnet.seed`, every counter at 0), the fused reward, graphs on.
+    /// from `qnet.seed`, every counter at 0), the fused reward, graphs on, the two halves of
+    /// a step in order on one stream ([`CudaTrainer::with_overlap`]).
     pub fn new(gpu: &Gpu, cfg: &TrainConfig, market: &Market) -> Result<Self> {
+        Self::with_overlap(gpu, cfg, market, false)
+    }
+
+    /// [`CudaTrainer::new`], with `overlap` choosing where the update runs: on a second
+    /// stream, so that a step's experience half (experience, reward, n-step assembly, its
+    /// metrics) and its first update's sample, gather, forwards, loss and backward run side
+    /// by side, as two branches of the step's graph; or (false) on the experience's stream,
+    /// one after the other. The oracle's order makes the two halves independent (the
+    /// updates read the replay as it was before the step and the parameters the step acts
+    /// with), so both give the same bits; the branches join before Adam writes the
+    /// parameters and before the insert writes the replay.
+    pub fn with_overlap(
+        gpu: &Gpu,
+        cfg: &TrainConfig,
+        market: &Market,
+        overlap: bool,
+    ) -> Result<Self> {
         cfg.validate(market.feature_dim)?;
         let m = EnvMarket::of(market);
         let split = Split::train(market);
         split.validate(m.bars)?;
         let n = cfg.env.envs;
+        // Every module first, so that the update's device handle shares them.
+        gpu.load_all()?;
+        let learner = gpu.with_stream(if overlap {
+            gpu.ctx.new_stream()?
+        } else {
+            gpu.stream.clone()
+        });
         let mut env = Env::new(gpu, &cfg.env, &cfg.qnet.branches, &m, split)?;
         env.epsilon.set_schedule(&cfg.schedule.epsilon)?;
-        let net = QNet::new(gpu, &cfg.qnet, cfg.replay.batch)?;
+        let net = QNet::new(&learner, &cfg.qnet, cfg.replay.batch)?;
         let acting = net.acting(n)?.q_only();
         let experience = Experience::new(gpu, &env, &net)?;
-        gpu.load_all()?;
-        Ok(CudaTrainer {
+        let mut metrics = DeviceMetrics::new(gpu, n, &cfg.qnet.branches)?;
+        metrics.set_update_stream(learner.stream.clone());
+        let t = CudaTrainer {
             reward: RewardPipeline::new(gpu, &cfg.reward, n)?,
             reward_path: RewardPath::Fused,
             transition: TransitionAssembler::new(gpu, &cfg.transition(), n, cfg.qnet.state_dim)?,
-            replay: ReplayBuffer::new(gpu, &cfg.replay, n)?,
-            metrics: DeviceMetrics::new(gpu, n, &cfg.qnet.branches)?,
+            replay: ReplayBuffer::new(&learner, &cfg.replay, n)?,
+            metrics,
             graphs: true,
             steps: 0,
             inserted: 0,
@@ -93,12 +135,24 @@ impl CudaTrainer {
                 GraphSlot::new("train_collect"),
                 GraphSlot::new("train_learn"),
             ],
+            forked: gpu.ctx.new_event(None)?,
+            acted: gpu.ctx.new_event(None)?,
+            joined: gpu.ctx.new_event(None)?,
+            learner: learner.stream.clone(),
             cfg: cfg.clone(),
             env,
             net,
             acting,
             experience,
-        })
+        };
+        // Buffers were made on both streams: both idle before the first step.
+        gpu.ctx.synchronize()?;
+        Ok(t)
+    }
+
+    /// Whether the update runs on its own stream beside the experience half.
+    pub fn overlaps(&self) -> bool {
+        !Arc::ptr_eq(&self.learner, self.env.stream())
     }
 
     /// Run steps eagerly (false) or through the graphs (true, the default). Choose before
@@ -131,21 +185,47 @@ impl CudaTrainer {
         self.slots[kind_index(kind)].nodes()
     }
 
-    /// One step of `kind`, eagerly: the phases in order, every launch on the stream, no host
-    /// read.
+    /// One step of `kind`, eagerly, no host read. The update's stream (the learner) forks
+    /// from the step's; on it, the first update's sample, gather and gradients; on the
+    /// step's stream meanwhile, the experience half. The learner then waits for the
+    /// experience half (the acting forward read the parameters Adam writes, the n-step rows
+    /// the insert reads) and runs Adam, the priority update, the sync, the other updates
+    /// and the insert; the step's stream joins it at the end. Where both are one stream the
+    /// hand-overs are nothing and this is the oracle's order with the two independent
+    /// halves swapped.
     pub fn step_eager(&mut self, kind: StepKind) -> Result<()> {
+        let main = self.env.stream().clone();
+        hand_over(&self.forked, &main, &self.learner)?;
+        let learn = kind == StepKind::Learn;
+        if learn {
+            self.replay.sample()?;
+            self.replay.gather()?;
+            self.net
+                .gradients(&self.replay.batch, &self.replay.weights)?;
+        }
         self.phase_experience()?;
         self.phase_reward()?;
-        if kind == StepKind::Fill {
-            return Ok(());
-        }
-        if kind == StepKind::Learn {
-            for _ in 0..self.cfg.schedule.updates_per_step {
+        hand_over(&self.acted, &main, &self.learner)?;
+        if learn {
+            self.finish_update()?;
+            for _ in 1..self.cfg.schedule.updates_per_step {
                 self.phase_update()?;
-                self.phase_sync()?;
             }
         }
-        self.phase_insert()
+        if kind != StepKind::Fill {
+            self.phase_insert()?;
+        }
+        hand_over(&self.joined, &self.learner, &main)
+    }
+
+    /// After [`QNet::gradients`]: Adam, the priority update, the sync when due, the update's
+    /// metrics.
+    fn finish_update(&mut self) -> Result<()> {
+        self.net.optimize()?;
+        self.replay.update_priorities(&self.net.priorities)?;
+        self.phase_sync()?;
+        self.metrics
+            .update(self.net.loss_buffer(), self.net.opt.ctl_buffer())
     }
 
     /// The experience step: epsilon, state gather, acting forward, select, fill, barriers, s'.
@@ -181,14 +261,14 @@ impl CudaTrainer {
         self.replay.insert(&self.transition.out, self.cfg.env.envs)
     }
 
-    /// One update: sample, gather, the network's update, the priority update, its metrics.
+    /// One whole update on the learner's stream: sample, gather, gradients, Adam, the
+    /// priority update, the target sync when due (Polyak: every update), its metrics.
     pub fn phase_update(&mut self) -> Result<()> {
         self.replay.sample()?;
         self.replay.gather()?;
-        self.net.update(&self.replay.batch, &self.replay.weights)?;
-        self.replay.update_priorities(&self.net.priorities)?;
-        self.metrics
-            .update(self.net.loss_buffer(), self.net.opt.ctl_buffer())
+        self.net
+            .gradients(&self.replay.batch, &self.replay.weights)?;
+        self.finish_update()
     }
 
     /// The target sync when due (Polyak: every update).

@@ -57,13 +57,15 @@ fn oracle_err(e: impl std::fmt::Display) -> Error {
 }
 
 /// Run `steps` steps of `cfg` on the training split of `market` on both trainers (the GPU's
-/// through its graphs, after `setup` chose its paths) and compare them (module doc). One
-/// update per step: only the last update's buffers survive a step to be compared.
+/// through its graphs, its update on a stream of its own where `overlap`, after `setup`
+/// chose its paths) and compare them (module doc). One update per step: only the last
+/// update's buffers survive a step to be compared.
 pub fn trainer_vs_oracle(
     gpu: &Gpu,
     cfg: &TrainConfig,
     market: &Market,
     steps: usize,
+    overlap: bool,
     setup: impl FnOnce(&mut CudaTrainer) -> Result<()>,
 ) -> Result<TrainerParity> {
     if cfg.schedule.updates_per_step != 1 {
@@ -71,7 +73,7 @@ pub fn trainer_vs_oracle(
             "trainer_vs_oracle follows one update per step (only the last update's buffers survive a step): set schedule.updates_per_step = 1".into(),
         ));
     }
-    let mut g = CudaTrainer::new(gpu, cfg, market)?;
+    let mut g = CudaTrainer::with_overlap(gpu, cfg, market, overlap)?;
     setup(&mut g)?;
     let mut o = OracleTrainer::new(cfg, market).map_err(oracle_err)?;
     let qc = &cfg.qnet;
@@ -543,19 +545,20 @@ pub fn compare_states(a: &OracleTrainer, b: &OracleTrainer) -> Vec<Comparison> {
     c
 }
 
-/// Two CUDA trainers of `cfg`, each set up by `setup` (given which one it is: 0 or 1), run
-/// `steps` steps side by side; after every step their whole states compared bitwise (and
-/// their metric sums at the end). Returns the merged comparisons and the last step's kind.
+/// Two CUDA trainers of `cfg` (the update on a stream of its own where `overlap[i]`), each
+/// set up by `setup` (given which one it is: 0 or 1), run `steps` steps side by side; after
+/// every step their whole states compared bitwise (and their metric sums at the end).
 pub fn twin_runs(
     gpu: &Gpu,
     cfg: &TrainConfig,
     market: &Market,
     steps: usize,
+    overlap: [bool; 2],
     setup: impl Fn(&mut CudaTrainer, usize),
 ) -> Result<Vec<Comparison>> {
     let mut twins = [
-        CudaTrainer::new(gpu, cfg, market)?,
-        CudaTrainer::new(gpu, cfg, market)?,
+        CudaTrainer::with_overlap(gpu, cfg, market, overlap[0])?,
+        CudaTrainer::with_overlap(gpu, cfg, market, overlap[1])?,
     ];
     for (i, t) in twins.iter_mut().enumerate() {
         setup(t, i);
