@@ -14,7 +14,7 @@ extern "C" __global__ void optimizer_target_sync_polyak(const float* __restrict_
 // optimizer_target_sync_every (the hard form on a cadence, for a captured training step):
 // target = online where the update count ctl->step is a multiple of `period`, else nothing;
 // the count is read from device memory, so a replayed graph syncs on the right updates.
-// Oracle: trainer::OracleTrainer's update (a copy when adam.step % target_period == 0).
+// Oracle: optimizer::target_sync_every (used by trainer::OracleTrainer's update).
 // Grid-stride over n, any grid.
 #include "common/optimizer.cuh"
 extern "C" __global__ void optimizer_target_sync_every(const OptCtl* __restrict__ ctl, unsigned int period,

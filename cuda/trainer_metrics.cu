@@ -1,6 +1,7 @@
 // trainer_metrics: the training step's metric sums, accumulated in device memory and read by
-// the host every K steps, outside the replay (oracle: trainer::OracleTrainer's accumulate;
-// the block mirrors trainer::MetricTotals, 11 doubles in field order).
+// the host every K steps, outside the replay (oracle: trainer::trainer_metrics_step and
+// trainer::trainer_metrics_update; the block mirrors trainer::MetricTotals, 11 doubles in
+// field order).
 //
 // trainer_metrics_step: one block of TRAINER_METRICS_THREADS threads; each thread sums its
 // envs (grid-stride order) in double, then one fixed tree per value (common/block.cuh), so

@@ -186,6 +186,67 @@ pub fn compare_exact<T: Copy + PartialEq + Into<f64>>(
     c
 }
 
+/// Compare double results with a double reference (sums kept in double, such as the
+/// training metrics). NaN and infinities pass only where both sides agree (NaN with NaN, an
+/// infinity with the same one); `tol.exact` demands the same bits. `max_ulp` counts double
+/// ulps here. A length mismatch is a failure at the first missing index.
+pub fn compare_f64(output: &str, got: &[f64], want: &[f64], tol: Tolerance) -> Comparison {
+    let mut c = Comparison {
+        output: output.to_string(),
+        len: got.len().max(want.len()),
+        max_abs: 0.0,
+        max_rel: 0.0,
+        max_ulp: 0,
+        rel_norm: 0.0,
+        first_failure: None,
+        tolerance: tol,
+    };
+    for i in 0..c.len {
+        let (Some(&g), Some(&w)) = (got.get(i), want.get(i)) else {
+            c.first_failure
+                .get_or_insert((i, f64::NAN, f64::NAN, f64::INFINITY, 0.0));
+            break;
+        };
+        let ok_special = (g.is_nan() && w.is_nan()) || (g.is_infinite() && g == w);
+        let (err, bound, ok) = if ok_special {
+            (0.0, 0.0, true)
+        } else if !g.is_finite() || !w.is_finite() {
+            (f64::INFINITY, tol.bound(w), false)
+        } else {
+            let err = (g - w).abs();
+            c.max_abs = c.max_abs.max(err);
+            if w != 0.0 {
+                c.max_rel = c.max_rel.max(err / w.abs());
+            }
+            c.max_ulp = c.max_ulp.max(ulp_distance_f64(g, w));
+            let bound = tol.bound(w);
+            let ok = if tol.exact {
+                g.to_bits() == w.to_bits()
+            } else {
+                err <= bound
+            };
+            (err, bound, ok)
+        };
+        if !ok && c.first_failure.is_none() {
+            c.first_failure = Some((i, g, w, err, bound));
+        }
+    }
+    c
+}
+
+/// Distance in double units in the last place between two finite doubles.
+pub fn ulp_distance_f64(a: f64, b: f64) -> u64 {
+    fn key(x: f64) -> i128 {
+        let bits = x.to_bits() as i64;
+        if bits < 0 {
+            i128::from(i64::MIN) - i128::from(bits)
+        } else {
+            i128::from(bits)
+        }
+    }
+    u64::try_from((key(a) - key(b)).unsigned_abs()).unwrap_or(u64::MAX)
+}
+
 /// Compare float32 results bitwise (graph replay against eager, run against run).
 pub fn compare_bitwise(output: &str, got: &[f32], want: &[f32]) -> Comparison {
     let g: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
@@ -240,6 +301,35 @@ mod tests {
         assert!(c.check().unwrap_err().contains("relative L2 error"));
         assert!(!compare_rel_norm("x", &[1.0, f32::NAN, 3.0, 4.0], &want, tol).passed());
         assert!(!compare_rel_norm("x", &[1.0, -2.0, 3.0], &want, tol).passed());
+    }
+
+    #[test]
+    fn double_comparison_applies_the_bound_and_matches_special_values_exactly() {
+        let tol = Tolerance {
+            atol: 1e-12,
+            rtol: 0.0,
+            exact: false,
+            norm: false,
+            reason: "test",
+        };
+        assert!(compare_f64("x", &[1.0 + 1e-13], &[1.0], tol).passed());
+        let c = compare_f64("x", &[1.0, 2.0 + 1e-11], &[1.0, 2.0], tol);
+        assert_eq!(c.first_failure.unwrap().0, 1);
+        assert!(compare_f64(
+            "x",
+            &[f64::NAN, f64::INFINITY],
+            &[f64::NAN, f64::INFINITY],
+            tol
+        )
+        .passed());
+        assert!(!compare_f64("x", &[f64::INFINITY], &[f64::NEG_INFINITY], tol).passed());
+        assert!(!compare_f64("x", &[f64::NAN], &[1.0], tol).passed());
+        assert!(!compare_f64("x", &[1.0], &[1.0, 2.0], tol).passed());
+        let next = f64::from_bits(1.0f64.to_bits() + 1);
+        let c = compare_f64("x", &[next], &[1.0], EXACT);
+        assert!(!c.passed());
+        assert_eq!(c.max_ulp, 1);
+        assert_eq!(ulp_distance_f64(f64::from_bits(1), -f64::from_bits(1)), 2);
     }
 
     #[test]

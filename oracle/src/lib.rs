@@ -26,7 +26,9 @@ pub mod train_config;
 pub mod trainer;
 pub mod transition;
 
-pub use compare::{compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison};
+pub use compare::{
+    compare_bitwise, compare_exact, compare_f32, compare_f64, compare_rel_norm, Comparison,
+};
 pub use config::ConfigError;
 pub use features::{FeatureConfig, Market};
 pub use market::{Bars, MarketError, SyntheticConfig};

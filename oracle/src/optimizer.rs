@@ -1,7 +1,8 @@
 //! The Q-network's optimizer: the spec of the kernels `optimizer_grad_norm` (global L2 norm and
 //! clipping), `optimizer_adam` (Adam, Kingma and Ba 2015) and `optimizer_target_sync` in cuda/, and of
 //! their launchers in src/optimizer.rs. One update ([`crate::qnet::update_step`]) clips and
-//! steps; the target network follows by [`target_sync`].
+//! steps; the target network follows by [`target_sync`], or in the training step by
+//! [`target_sync_every`].
 
 use crate::qnet::QNetConfig;
 
@@ -86,5 +87,67 @@ pub fn target_sync(online: &[f32], target: &mut [f32], tau: Option<f32>) {
                 *t = (tau * f64::from(o) + (1.0 - tau) * f64::from(*t)) as f32;
             }
         }
+    }
+}
+
+/// `optimizer_target_sync_every` (the training step's hard sync, decided on the device):
+/// `target = online`, element for element, where the update count `step` (Adam updates
+/// applied so far: the control block's step after this update) is a multiple of `period`;
+/// otherwise `target` is left untouched. A copy: bitwise on both sides. `period` is at least
+/// 1 (the launcher refuses 0; here 0 copies only at step 0, the one multiple of 0).
+/// Copies `min(online.len(), target.len())` values.
+pub fn target_sync_every(step: u32, period: u32, online: &[f32], target: &mut [f32]) {
+    if step.is_multiple_of(period) {
+        target_sync(online, target, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vals(n: usize, base: f32) -> Vec<f32> {
+        (0..n).map(|i| base + i as f32 * 0.25 - 3.0).collect()
+    }
+
+    #[test]
+    fn target_sync_every_copies_exactly_on_multiples_of_the_period() {
+        let online = vals(7, 1.5);
+        for (step, period) in [(0, 1), (1, 1), (6, 3), (1000, 1000), (2000, 1000)] {
+            let mut target = vals(7, -9.0);
+            target_sync_every(step, period, &online, &mut target);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&target), bits(&online), "step {step} period {period}");
+        }
+    }
+
+    #[test]
+    fn target_sync_every_leaves_the_target_untouched_between_multiples() {
+        let online = vals(7, 1.5);
+        for (step, period) in [(1, 2), (5, 3), (999, 1000), (1001, 1000), (u32::MAX, 2)] {
+            let before = vec![f32::NAN, -0.0, 1.0, f32::INFINITY, 2.5, -7.0, 3.0];
+            let mut target = before.clone();
+            target_sync_every(step, period, &online, &mut target);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&target), bits(&before), "step {step} period {period}");
+        }
+    }
+
+    #[test]
+    fn target_sync_every_copies_special_values_bit_for_bit() {
+        let online = vec![f32::NAN, -0.0, f32::NEG_INFINITY, f32::from_bits(1), 1e38];
+        let mut target = vec![1.0; 5];
+        target_sync_every(12, 4, &online, &mut target);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&target), bits(&online));
+    }
+
+    #[test]
+    fn target_sync_every_at_period_one_is_the_hard_target_sync() {
+        let online = vals(5, 0.3);
+        let (mut a, mut b) = (vals(5, 8.0), vals(5, 8.0));
+        target_sync_every(17, 1, &online, &mut a);
+        target_sync(&online, &mut b, None);
+        assert_eq!(a, b);
     }
 }

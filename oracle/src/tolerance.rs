@@ -245,3 +245,89 @@ pub fn reward_ema_drift(max_abs: f64, ema_rate: f32) -> Tolerance {
         reason: "each step rounds once per side and the EMA shrinks the carried error by 1 - rate: (2^-23 + 2^-50) max|EMA| / rate",
     }
 }
+
+/// `optimizer_target_sync_every`: a copy of the online parameters where the update count is
+/// a multiple of the period, else nothing; the oracle does the same, so every word is equal.
+pub const TARGET_SYNC_EVERY: Tolerance =
+    Tolerance::exact("a copy of the online parameters, or no write at all: bitwise equal");
+
+/// The training metrics' counts and flags (`trainer_metrics_step`, `trainer_metrics_update`):
+/// steps and updates add 1.0 per launch, trades and episodes add flags of 0 or 1, all in
+/// double, whose sums are exact integers in any order below 2^53; the flags are an OR of
+/// bits (the same bits in any order); epsilon is the step's float widened to double, a copy.
+pub const METRIC_COUNTS: Tolerance = Tolerance::exact(
+    "integer counts summed in double (exact below 2^53 in any order), OR-ed flag bits, epsilon copied: bitwise",
+);
+
+/// The training metrics' loss and gradient-norm sums (`trainer_metrics_update`): each update
+/// adds its given loss (a double) and gradient norm (the control block's float, widened) to
+/// the running sum with one double addition, in update order on both sides: the same IEEE
+/// operations on the same values, so equal bit for bit.
+pub const METRIC_UPDATE_SUMS: Tolerance = Tolerance::exact(
+    "one double addition per update of the given value, in update order on both sides: bitwise",
+);
+
+/// Double unit roundoff, 2^-53.
+pub const F64_UNIT_ROUNDOFF: f64 = 1.110_223_024_625_156_5e-16;
+
+/// The training metrics' sums over envs (`trainer_metrics_step`'s reward, PnL and greedy
+/// value estimate), after `terms` env values of absolute sum `abs_sum` have been added (all
+/// the steps since the last read, N per step). Each term is the same double on both sides:
+/// a float widened, or for the greedy value the same double operations (K maxima added in
+/// branch order, divided by K). Only the summation order differs: the kernel sums each
+/// thread's envs, then a fixed tree, then adds that to the running total; the oracle adds
+/// every term to the running total in env order. Any order of summing M terms errs by at
+/// most `gamma_(M-1) sum |x_i|` with `gamma_k = k u / (1 - k u)`, `u = 2^-53` (Higham,
+/// "Accuracy and Stability of Numerical Algorithms", 4.2), so the two sides differ by at most
+/// twice that: `2 gamma_M abs_sum`, absolute, on the doubles (M for M - 1 covers the rounding
+/// of `abs_sum` itself). About 4.4e-12 relative to `abs_sum` for 4099 envs over 5 steps; a
+/// missing, doubled or wrong term errs by a whole term.
+pub fn metric_env_sum(terms: usize, abs_sum: f64) -> Tolerance {
+    let ku = terms as f64 * F64_UNIT_ROUNDOFF;
+    Tolerance {
+        atol: 2.0 * ku / (1.0 - ku) * abs_sum,
+        rtol: 0.0,
+        exact: false,
+        norm: false,
+        reason: "double sums of the same terms in another order (tree vs sequential): 2 gamma_M sum |x_i|, u = 2^-53 (Higham 4.2)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_env_sum_bound_grows_with_the_terms_and_their_magnitude() {
+        let one = metric_env_sum(1, 1.0);
+        assert!(one.atol > 0.0 && one.atol < 3e-16, "{}", one.atol);
+        let many = metric_env_sum(4099 * 5, 1000.0);
+        let want = 2.0 * 4099.0 * 5.0 * F64_UNIT_ROUNDOFF * 1000.0;
+        assert!(
+            (many.atol - want).abs() <= 1e-6 * want,
+            "{} vs {want}",
+            many.atol
+        );
+        assert_eq!(metric_env_sum(10, 0.0).atol, 0.0);
+        assert_eq!(F64_UNIT_ROUNDOFF, f64::EPSILON / 2.0);
+    }
+
+    /// A tree sum and a sequential sum of the same doubles stay within the bound, and one
+    /// term left out does not.
+    #[test]
+    fn a_reordered_sum_passes_and_a_missing_term_fails_the_env_sum_bound() {
+        let x: Vec<f64> = (0..4099)
+            .map(|i| f64::from(((i * 7919) % 2003) as f32 * 0.37 - 370.0))
+            .collect();
+        let seq: f64 = x.iter().sum();
+        let mut tree = x.clone();
+        while tree.len() > 1 {
+            tree = tree.chunks(2).map(|c| c.iter().sum()).collect();
+        }
+        let abs: f64 = x.iter().map(|v| v.abs()).sum();
+        let tol = metric_env_sum(x.len(), abs);
+        assert!((seq - tree[0]).abs() <= tol.bound(seq));
+        let missing: f64 = x[1..].iter().sum();
+        assert!((seq - missing).abs() > tol.bound(seq));
+    }
+}

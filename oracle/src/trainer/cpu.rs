@@ -7,7 +7,7 @@ use super::Backend;
 use crate::config::ConfigError;
 use crate::env::{action_select, barriers, fill_step, state_gather, EnvMarket, EnvState, Split};
 use crate::features::Market;
-use crate::optimizer::{target_sync, AdamState};
+use crate::optimizer::{target_sync, target_sync_every, AdamState};
 use crate::qnet::{branch_rows, forward, init_params, update_step_at, QNetError};
 use crate::replay::{
     replay_gather, replay_insert, replay_sample, replay_update_priorities, ReplayState, Transitions,
@@ -218,14 +218,12 @@ impl OracleTrainer {
         replay_update_priorities(&mut self.replay, &sample.indices, &td_abs);
         match self.cfg.qnet.polyak_tau {
             Some(tau) => target_sync(&self.online, &mut self.target, Some(tau)),
-            None if self
-                .adam
-                .step
-                .is_multiple_of(self.cfg.schedule.target_period) =>
-            {
-                target_sync(&self.online, &mut self.target, None)
-            }
-            None => {}
+            None => target_sync_every(
+                self.adam.step,
+                self.cfg.schedule.target_period,
+                &self.online,
+                &mut self.target,
+            ),
         }
         Ok(UpdateRecord {
             indices: sample.indices,
