@@ -1,8 +1,9 @@
 //! The Q-network's optimizer on the device: global gradient norm (deterministic two-stage
 //! reduction in one launch), clipping, Adam with bias correction, and the target sync. Spec:
-//! tallyho_oracle::optimizer (`grad_norm`, `clip_grads`, `adam_step`, `target_sync`). The step
-//! counter, the norm, the clip scale and the step's bias corrections live in a device control
-//! block, so an update that ends in `step` can be captured in a graph and replayed.
+//! tallyho_oracle::optimizer (`grad_norm`, `clip_grads`, `adam_step`, `target_sync`,
+//! `target_sync_every`). The step counter, the norm, the clip scale and the step's bias
+//! corrections live in a device control block, so an update that ends in `step` can be
+//! captured in a graph and replayed.
 
 use crate::error::{Error, Result};
 use crate::runtime::{entry, grid_stride, Gpu};

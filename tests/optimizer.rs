@@ -1,6 +1,7 @@
 //! The optimizer kernels against the oracle: `optimizer_grad_norm` (norm, clip scale, step),
-//! `optimizer_adam` (one step from arbitrary moments), `optimizer_target_sync` (hard and Polyak), and
-//! a captured optimizer step replaying bitwise like eager launches.
+//! `optimizer_adam` (one step from arbitrary moments), `optimizer_target_sync` (hard and Polyak),
+//! `optimizer_target_sync_every` (the copy on the period's multiples of the device's update
+//! count), and a captured optimizer step replaying bitwise like eager launches.
 
 mod common;
 
@@ -11,6 +12,7 @@ mod gpu {
     use tallyho::graph::{address, Binding, GraphSlot};
     use tallyho::harness::parity::optimizer::{
         check_optimizer_adam, check_optimizer_grad_norm, check_optimizer_target_sync,
+        check_optimizer_target_sync_every,
     };
     use tallyho::harness::parity::uniform;
     use tallyho::optimizer::Optimizer;
@@ -57,6 +59,47 @@ mod gpu {
         for (i, n) in [1, 50, 4099].into_iter().enumerate() {
             assert_all(&check_optimizer_target_sync(&gpu, n, 50 + i as u64).unwrap());
         }
+    }
+
+    /// Sizes 1, 255, 257 and 4099 (not multiples of a block), periods 1 to 1000: at update
+    /// counts on and off the period's multiples, the target is the online copy or untouched,
+    /// bitwise as the oracle's `target_sync_every`.
+    #[test]
+    fn target_sync_every_copies_on_the_periods_multiples_bitwise_like_the_oracle() {
+        let gpu = gpu();
+        for (i, (n, period)) in [(1, 1), (255, 2), (257, 3), (4099, 1000)]
+            .into_iter()
+            .enumerate()
+        {
+            let c = check_optimizer_target_sync_every(&gpu, n, period, 60 + i as u64).unwrap();
+            assert_all(&c);
+            assert!(
+                c.iter().any(|c| c.output.contains("copied"))
+                    && (period == 1 || c.iter().any(|c| c.output.contains("untouched"))),
+                "both branches checked at period {period}: {}",
+                table(&c)
+            );
+        }
+    }
+
+    /// Random sizes, periods and seeds.
+    #[test]
+    fn target_sync_every_matches_the_oracle_on_random_periods() {
+        use proptest::prelude::*;
+        let gpu = gpu();
+        runner(file!())
+            .run(
+                &(1usize..5000, 1u32..2000, any::<u64>()),
+                |(n, period, seed)| {
+                    for c in check_optimizer_target_sync_every(&gpu, n, period, seed)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?
+                    {
+                        c.check().map_err(TestCaseError::fail)?;
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

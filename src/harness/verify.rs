@@ -187,6 +187,48 @@ pub fn run(
         "optimizer_target_sync",
         parity::optimizer::check_optimizer_target_sync(gpu, 4099, seed.wrapping_add(300))?,
     );
+    for (i, (n, period)) in [(1, 1), (4099, 3), (100_003, 1000)].into_iter().enumerate() {
+        m.add(
+            "optimizer_target_sync_every",
+            parity::optimizer::check_optimizer_target_sync_every(
+                gpu,
+                n,
+                period,
+                seed.wrapping_add(310 + i as u64),
+            )?,
+        );
+    }
+    progress("training metrics");
+    {
+        use parity::trainer_metrics::{self as pm, MetricsCase, BRANCHES};
+        // Fixed sizes around one block, with and without non-finite inputs, then random
+        // cases from a stream of their own.
+        let mut metrics_rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(600));
+        let fixed = [1, 255, 257, 4099]
+            .into_iter()
+            .enumerate()
+            .map(|(i, envs)| MetricsCase {
+                envs,
+                branches: BRANCHES.to_vec(),
+                steps: 4,
+                updates_per_step: 2,
+                special: i % 2 == 1,
+                seed: seed.wrapping_add(610 + i as u64),
+            });
+        let cases: Vec<MetricsCase> = fixed
+            .chain((0..cases).map(|_| MetricsCase::random(&mut metrics_rng)))
+            .collect();
+        for case in &cases {
+            m.add(
+                "trainer_metrics_step",
+                pm::check_trainer_metrics_step(gpu, case)?,
+            );
+            m.add(
+                "trainer_metrics_update",
+                pm::check_trainer_metrics_update(gpu, case)?,
+            );
+        }
+    }
     for atoms in [51, 1] {
         for (i, &batch) in parity::qnet::QNET_BATCHES.iter().enumerate() {
             progress(&format!("Q-network, {atoms} atoms, batch {batch}"));

@@ -1,7 +1,8 @@
 //! GPU-vs-oracle checks, one per kernel, written once and used by the property tests, the
 //! fixture replays and `tallyho verify`. Each runs the kernel on fresh inputs, runs the
 //! oracle on the same inputs, and returns one `Comparison` per output. One file per stage:
-//! `philox`, `replay`, `optimizer`, `qnet`, `env`, `reward`, `schedule`, `transition`; here the helpers they share.
+//! `philox`, `replay`, `optimizer`, `qnet`, `env`, `reward`, `schedule`, `transition`,
+//! `trainer_metrics` (and the whole `trainer`); here the helpers they share.
 
 pub mod env;
 pub mod optimizer;
@@ -11,6 +12,7 @@ pub mod replay;
 pub mod reward;
 pub mod schedule;
 pub mod trainer;
+pub mod trainer_metrics;
 pub mod transition;
 
 use rand::Rng;

@@ -1,5 +1,6 @@
 //! GPU-vs-oracle checks of the Q-network's optimizer kernels (spec: tallyho_oracle::qnet):
-//! `optimizer_grad_norm`, `optimizer_adam`, `optimizer_target_sync`.
+//! `optimizer_grad_norm`, `optimizer_adam`, `optimizer_target_sync` (its Polyak form and its
+//! `optimizer_target_sync_every` entry).
 
 use super::uniform;
 use crate::error::Result;
@@ -113,6 +114,72 @@ pub fn check_optimizer_target_sync(gpu: &Gpu, n: usize, seed: u64) -> Result<Vec
             Some(t) => format!("target (tau {t})"),
         };
         out.push(compare_bitwise(&name, &gpu.stream.clone_dtoh(&dt)?, &want));
+    }
+    Ok(out)
+}
+
+/// `optimizer_target_sync_every` on `n` parameters with `period`, at update counts on and
+/// off the period's multiples (0, period - 1, period, period + 1, 2 period, 7 period + 3 and
+/// the largest count), each count set in the device control block (`Optimizer::set_state`):
+/// the target copied bitwise where the count is a multiple, untouched elsewhere, as the
+/// oracle's `target_sync_every`; and the oracle's decision itself against `step % period`.
+pub fn check_optimizer_target_sync_every(
+    gpu: &Gpu,
+    n: usize,
+    period: u32,
+    seed: u64,
+) -> Result<Vec<Comparison>> {
+    use tallyho_oracle::optimizer::target_sync_every;
+    use tallyho_oracle::qnet::QNetConfig;
+    if period == 0 {
+        return Err(crate::error::Error::Shape(
+            "target sync period 0: check a period of 1 or more".into(),
+        ));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (online, target) = (uniform(&mut rng, n, 1.0), uniform(&mut rng, n, 1.0));
+    let mut opt = crate::optimizer::Optimizer::new(gpu, &QNetConfig::default(), n)?;
+    let don = gpu.stream.clone_htod(&online)?;
+    let zeros = vec![0.0f32; n];
+    let steps = [
+        0,
+        period - 1,
+        period,
+        period.saturating_add(1),
+        period.saturating_mul(2),
+        period.saturating_mul(7).saturating_add(3),
+        u32::MAX,
+    ];
+    let mut out = Vec::new();
+    for (t, step) in steps.into_iter().enumerate() {
+        opt.set_state(&zeros, &zeros, step)?;
+        let mut dt = gpu.stream.clone_htod(&target)?;
+        opt.target_sync_every(&don.as_view(), &mut dt.as_view_mut(), period)?;
+        let mut want = target.clone();
+        target_sync_every(step, period, &online, &mut want);
+        let due = step % period == 0;
+        let expected = if due { &online } else { &target };
+        let what = if due { "copied" } else { "untouched" };
+        let declared = |mut c: Comparison| {
+            c.tolerance = tallyho_oracle::tolerance::TARGET_SYNC_EVERY;
+            c
+        };
+        super::merge_step(
+            &mut out,
+            t,
+            vec![
+                declared(compare_bitwise(
+                    &format!("target ({what})"),
+                    &gpu.stream.clone_dtoh(&dt)?,
+                    &want,
+                )),
+                declared(compare_bitwise(
+                    &format!("oracle target ({what})"),
+                    &want,
+                    expected,
+                )),
+            ],
+        );
     }
     Ok(out)
 }
