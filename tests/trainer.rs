@@ -221,6 +221,7 @@ mod gpu {
                 ))
                 .unwrap();
             }
+            t.synchronize().unwrap();
             let (online, _) = t.net.params().unwrap();
             (t.net.read_loss().unwrap().loss, online)
         };
@@ -255,6 +256,7 @@ mod gpu {
                 w.epsilon
             );
         }
+        t.synchronize().unwrap();
         let (online, _) = t.net.params().unwrap();
         let verdict = task.judge(&online);
         eprintln!("{}", verdict.table());

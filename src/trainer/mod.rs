@@ -348,6 +348,13 @@ impl CudaTrainer {
         Ok(())
     }
 
+    /// Wait for the steps launched so far. A step ends with the step's stream joining the
+    /// learner's, so this covers both; read the stages' buffers (each through its own
+    /// stream) only after it.
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.env.stream().synchronize()?)
+    }
+
     /// Training steps run so far (the host's own count).
     pub fn steps(&self) -> u64 {
         self.steps

@@ -11,6 +11,7 @@ impl CudaTrainer {
     /// networks, Adam, the epsilon counter) with the device's; its config, market and
     /// metric sums are left alone. Synchronizes.
     pub fn download_into(&self, o: &mut OracleTrainer) -> Result<()> {
+        self.synchronize()?;
         o.env = self.env.download_state()?;
         (o.reward_envs, o.reward_global) = self.reward.download_state()?;
         o.ring = self.transition.download_ring()?;

@@ -115,6 +115,9 @@ pub fn trainer_vs_oracle(
         g.download_into(&mut o)?;
         let (online0, env0, global0) = (o.online.clone(), o.env.clone(), o.reward_global);
         g.step_kind(kind)?;
+        // The step ran on the trainer's stream; the reads below go through each stage's own
+        // (the network's and the replay's may be the learner's).
+        g.synchronize()?;
         let gq = g.net.read_acting(&g.acting)?;
         let loss = if kind == StepKind::Learn {
             Some(g.net.read_loss()?)
