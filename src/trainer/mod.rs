@@ -34,6 +34,10 @@ use tallyho_oracle::schedule::StepKind;
 use tallyho_oracle::trainer::{Backend, MetricTotals};
 use tallyho_oracle::TrainConfig;
 
+/// Words of a step graph's binding: 5 switches, the env's 26 addresses, acting's 5, the
+/// n-step assembler's 11 and 9 more buffers.
+const BINDING_WORDS: usize = 5 + 26 + 5 + 11 + 9;
+
 /// Each kind's graph slot (index: `StepKind as usize`).
 const KINDS: usize = 3;
 
@@ -57,6 +61,8 @@ pub struct CudaTrainer {
     /// The update's stream (the step's own where the halves do not overlap), and the
     /// events of the fork, the hand-over after the experience half, and the join.
     learner: Arc<CudaStream>,
+    /// The step's stream (the env's): the one graphs are captured on and replayed from.
+    main: Arc<CudaStream>,
     forked: CudaEvent,
     acted: CudaEvent,
     joined: CudaEvent,
@@ -139,6 +145,7 @@ impl CudaTrainer {
             acted: gpu.ctx.new_event(None)?,
             joined: gpu.ctx.new_event(None)?,
             learner: learner.stream.clone(),
+            main: gpu.stream.clone(),
             cfg: cfg.clone(),
             env,
             net,
@@ -194,8 +201,7 @@ impl CudaTrainer {
     /// hand-overs are nothing and this is the oracle's order with the two independent
     /// halves swapped.
     pub fn step_eager(&mut self, kind: StepKind) -> Result<()> {
-        let main = self.env.stream().clone();
-        hand_over(&self.forked, &main, &self.learner)?;
+        hand_over(&self.forked, &self.main, &self.learner)?;
         let learn = kind == StepKind::Learn;
         if learn {
             self.replay.sample()?;
@@ -205,7 +211,7 @@ impl CudaTrainer {
         }
         self.phase_experience()?;
         self.phase_reward()?;
-        hand_over(&self.acted, &main, &self.learner)?;
+        hand_over(&self.acted, &self.main, &self.learner)?;
         if learn {
             self.finish_update()?;
             for _ in 1..self.cfg.schedule.updates_per_step {
@@ -215,7 +221,7 @@ impl CudaTrainer {
         if kind != StepKind::Fill {
             self.phase_insert()?;
         }
-        hand_over(&self.joined, &self.learner, &main)
+        hand_over(&self.joined, &self.learner, &self.main)
     }
 
     /// After [`QNet::gradients`]: Adam, the priority update, the sync when due, the update's
@@ -294,9 +300,9 @@ impl CudaTrainer {
         if !self.graphs {
             return self.step_eager(kind);
         }
-        let stream = self.env.stream().clone();
+        let stream = &self.main;
         let envs = self.cfg.env.envs;
-        let a = |b: &CudaSlice<f32>| address(&stream, b);
+        let a = |b: &CudaSlice<f32>| address(stream, b);
         let switches = [
             kind_index(kind) as u64,
             self.reward_path as u64,
@@ -314,18 +320,32 @@ impl CudaTrainer {
             a(&self.reward.done),
             a(&self.replay.weights),
             a(&self.net.priorities),
-            address(&stream, self.metrics.totals()),
+            address(stream, self.metrics.totals()),
         ];
-        let mut words: Vec<u64> = switches.to_vec();
-        words.extend(self.env.act_env().addresses());
-        words.extend(self.acting.addresses(&stream));
-        words.extend(self.transition.addresses());
-        words.extend(buffers);
+        // A fixed array, filled in place: no allocation on the step's path.
+        let mut words = [0u64; BINDING_WORDS];
+        let parts: [&[u64]; 5] = [
+            &switches,
+            &self.env.act_env().addresses(),
+            &self.acting.addresses(stream),
+            &self.transition.addresses(),
+            &buffers,
+        ];
+        if parts.iter().map(|p| p.len()).sum::<usize>() != BINDING_WORDS {
+            return Err(Error::Graph {
+                name: "train step",
+                why: "the binding's parts changed size: update BINDING_WORDS".into(),
+            });
+        }
+        for (w, v) in words.iter_mut().zip(parts.into_iter().flatten()) {
+            *w = *v;
+        }
         let slot: fn(&mut CudaTrainer) -> &mut GraphSlot = match kind {
             StepKind::Fill => |t| &mut t.slots[0],
             StepKind::Collect => |t| &mut t.slots[1],
             StepKind::Learn => |t| &mut t.slots[2],
         };
+        let stream = self.main.clone();
         GraphSlot::run_on(self, slot, &stream, Binding::of(&words), |t| {
             t.step_eager(kind)
         })
