@@ -58,6 +58,15 @@ pub enum Error {
     /// A training run that stopped (a non-finite value, or the CPU backend's refusal).
     #[error("{0}")]
     Train(String),
+    /// A config file, a `--set` or a resolved config that is refused.
+    #[error("{0}")]
+    Settings(String),
+    /// The CPU trainer stopped.
+    #[error(transparent)]
+    Oracle(#[from] tallyho_oracle::trainer::OracleError),
+    /// A checkpoint that cannot be read, or is of another run.
+    #[error("{0}")]
+    Checkpoint(String),
     #[error("fixture {0}")]
     Fixture(String),
     #[error("{what}: {err}")]

@@ -1,6 +1,8 @@
 //! tallyho: a GPU-resident DQN trainer for market-data backtests, whose every CUDA kernel
 //! has a CPU reference in `tallyho-oracle` and is checked against it.
 
+pub mod checkpoint;
+pub mod config;
 pub mod env;
 pub mod error;
 pub mod experience;
@@ -14,6 +16,7 @@ pub mod replay;
 pub mod reward;
 pub mod runtime;
 pub mod schedule;
+pub mod tensor_file;
 pub mod train;
 pub mod trainer;
 pub mod transition;

@@ -20,30 +20,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train: the embedded synthetic market by default, on the GPU where there is one (else
-    /// the CPU oracle, a smaller run of about a minute); metrics to DIR/metrics.jsonl.
-    Train {
-        /// A folder of LEAN minute zips, or a headed CSV file; none: the synthetic default.
-        #[arg(long)]
-        data: Option<PathBuf>,
-        /// Training steps (each steps every env once); default 30000 on a GPU, 10000 on the CPU.
-        #[arg(long)]
-        steps: Option<u64>,
-        /// Parallel envs N; default 1024 on a GPU, 16 on the CPU.
-        #[arg(long)]
-        envs: Option<usize>,
-        /// Run seed (envs, network initialisation, replay sampling).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Run folder for metrics.jsonl and config.json; refused if it already holds a run.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Which trainer: auto (CUDA with a GPU, else the CPU oracle), cpu or cuda.
-        #[arg(long, value_enum, default_value_t = tallyho::train::BackendChoice::Auto)]
-        backend: tallyho::train::BackendChoice,
-        /// Steps between metric reads (and metrics.jsonl lines).
-        #[arg(long)]
-        metrics_every: Option<u32>,
-    },
+    /// the CPU oracle, a smaller run of about a minute); metrics to DIR/metrics.jsonl,
+    /// checkpoints to DIR/checkpoints, the resolved config to DIR/config.toml.
+    Train(TrainArgs),
     /// Run the GPU-vs-oracle parity matrix and print a table; exits non-zero on any failure.
     Verify {
         /// Random cases per replay kernel.
@@ -89,6 +68,54 @@ enum Command {
     },
     /// What this machine offers: driver, NVRTC, device.
     Info,
+}
+
+#[derive(clap::Args)]
+struct TrainArgs {
+    /// A folder of LEAN minute zips, or a headed CSV file; none: the synthetic default (or,
+    /// with --resume, the resumed run's data).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Training steps in all (each steps every env once), the same as --set run.steps=N;
+    /// default 30000 on a GPU, 10000 on the CPU.
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Parallel envs N (--set env.envs=N); default 1024 on a GPU, 16 on the CPU.
+    #[arg(long)]
+    envs: Option<usize>,
+    /// Run seed: sets env.seed, qnet.seed and replay.seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run folder (metrics.jsonl, config.toml, checkpoints/); refused if it already holds a
+    /// run. Default: runs/train-<unix seconds>, or the resumed run's folder.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Which trainer: auto (CUDA with a GPU, else the CPU oracle), cpu or cuda.
+    #[arg(long, value_enum, default_value_t = tallyho::train::BackendChoice::Auto)]
+    backend: tallyho::train::BackendChoice,
+    /// Steps between metric reads (--set schedule.metrics_every=K).
+    #[arg(long)]
+    metrics_every: Option<u32>,
+    /// A TOML config file: any keys of [env], [qnet], [replay], [reward], [schedule], [run]
+    /// (see --print-config), laid over the backend's defaults.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override one config key, after the file: --set qnet.lr=3e-4 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Print the full resolved config as TOML and exit (a valid --config file).
+    #[arg(long)]
+    print_config: bool,
+    /// Continue a run exactly from its newest checkpoint (a run folder) or from a
+    /// checkpoint file; give --steps to train past its run.steps.
+    #[arg(long, value_name = "DIR|FILE")]
+    resume: Option<PathBuf>,
+    /// No progress bar and no notes: only the final line (and errors).
+    #[arg(long, conflicts_with = "json")]
+    quiet: bool,
+    /// One JSON object a line on stdout (metrics, checkpoint, eval, done) instead of the bar.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -189,12 +216,92 @@ fn market_summary(data: Option<&std::path::Path>) -> Result<()> {
     Ok(())
 }
 
-/// `runs/train-<unix seconds>`: a fresh folder per run.
-fn default_run_dir() -> PathBuf {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    PathBuf::from("runs").join(format!("train-{secs}"))
+/// `tallyho train`: Ctrl-C asks the run to stop after its current step with a final
+/// checkpoint (a second Ctrl-C exits at once).
+fn train(a: TrainArgs) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use tallyho::train::Output;
+    let output = match (a.quiet, a.json) {
+        (true, _) => Output::Quiet,
+        (_, true) => Output::Json,
+        _ => Output::Bar,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping after this step with a checkpoint (Ctrl-C again to quit at once)");
+    })
+    .context("installing the Ctrl-C handler")?;
+    let opts = tallyho::train::TrainOptions {
+        data: a.data,
+        steps: a.steps,
+        envs: a.envs,
+        seed: a.seed,
+        out: a.out,
+        backend: a.backend,
+        metrics_every: a.metrics_every,
+        config: a.config,
+        sets: a.sets,
+        resume: a.resume,
+        output,
+        stop: Some(stop),
+    };
+    let quiet = output != Output::Bar;
+    let note = |line: &str| {
+        if !quiet {
+            eprintln!("{line}")
+        }
+    };
+    if a.print_config {
+        print!("{}", tallyho::train::print_config(&opts, note)?);
+        return Ok(());
+    }
+    let s = tallyho::train::run(&opts, note)?;
+    let rate = s.transitions as f64 / s.seconds.max(1e-9);
+    if output == Output::Json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "event": "done", "backend": s.backend, "step": s.steps, "steps_run": s.steps_run,
+                "transitions": s.transitions, "seconds": s.seconds, "transitions_per_s": rate,
+                "stopped": s.stopped, "out": s.out, "checkpoint": s.checkpoint,
+                "last": s.last,
+            })
+        );
+        return Ok(());
+    }
+    let tail = match &s.last {
+        Some(m) => format!(
+            "; last window: loss {}, reward {:.4}, pnl {:.0}, {} trades, epsilon {:.3}",
+            m.loss.map_or("-".into(), |l| format!("{l:.4}")),
+            m.reward,
+            m.pnl,
+            m.trades,
+            m.epsilon
+        ),
+        None => String::new(),
+    };
+    let verb = if s.stopped {
+        "stopped at step"
+    } else {
+        "trained to step"
+    };
+    println!(
+        "{verb} {} ({} steps, {} transitions this run) on the {} backend in {:.1} s ({rate:.0} transitions/s){tail}",
+        s.steps, s.steps_run, s.transitions, s.backend, s.seconds,
+    );
+    println!("run folder: {}", s.out.display());
+    if let Some(c) = &s.checkpoint {
+        println!("checkpoint: {}", c.display());
+    }
+    if s.stopped {
+        println!("continue with: tallyho train --resume {}", s.out.display());
+    }
+    Ok(())
 }
 
 fn write(path: &PathBuf, text: &str) -> Result<()> {
@@ -203,48 +310,7 @@ fn write(path: &PathBuf, text: &str) -> Result<()> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Train {
-            data,
-            steps,
-            envs,
-            seed,
-            out,
-            backend,
-            metrics_every,
-        } => {
-            let market = tallyho::env::load_market(data.as_deref())?;
-            let out = out.unwrap_or_else(default_run_dir);
-            let opts = tallyho::train::TrainOptions {
-                data,
-                steps,
-                envs,
-                seed,
-                out,
-                backend,
-                metrics_every,
-            };
-            let s = tallyho::train::run(&opts, &market, |line| eprintln!("{line}"))?;
-            let tail = match &s.last {
-                Some(m) => format!(
-                    "last window: loss {}, reward {:.4}, pnl {:.0}, {} trades, epsilon {:.3}",
-                    m.loss.map_or("-".into(), |l| format!("{l:.4}")),
-                    m.reward,
-                    m.pnl,
-                    m.trades,
-                    m.epsilon
-                ),
-                None => String::new(),
-            };
-            println!(
-                "trained {} steps ({} transitions) on the {} backend in {:.1} s ({:.0} transitions/s); {tail}",
-                s.steps,
-                s.transitions,
-                s.backend,
-                s.seconds,
-                s.transitions as f64 / s.seconds.max(1e-9)
-            );
-            println!("metrics: {}", s.metrics_path.display());
-        }
+        Command::Train(args) => train(args)?,
         Command::Market { data } => market_summary(data.as_deref())?,
         Command::Verify {
             cases,

@@ -134,6 +134,11 @@ impl Epsilon {
         Ok(self.stream.clone_dtoh(&self.step)?[0])
     }
 
+    /// Set the schedule's step counter (a restore; the next advance computes the rate from it).
+    pub fn write_step(&mut self, step: u32) -> Result<()> {
+        Ok(self.stream.memcpy_htod(&[step], &mut self.step)?)
+    }
+
     /// The rate in device memory (synchronizes; tests and fixtures).
     pub fn read(&self) -> Result<f32> {
         Ok(self.stream.clone_dtoh(&self.value)?[0])

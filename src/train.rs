@@ -6,6 +6,9 @@
 //! differ: on a GPU a real run, on the CPU a smaller network and fewer envs that finish in
 //! about a minute (the run says which it is).
 
+use crate::checkpoint::{self, Checkpoint, Header, MarketId};
+use crate::config;
+use crate::env::load_market;
 use crate::error::{Error, Result};
 use crate::runtime::Gpu;
 use crate::trainer::CudaTrainer;
@@ -14,31 +17,58 @@ use serde::Serialize;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
-use tallyho_oracle::features::Market;
 use tallyho_oracle::schedule::EpsilonSchedule;
-use tallyho_oracle::trainer::{self, Metrics, Observer, OracleTrainer, TrainError};
+use tallyho_oracle::trainer::{
+    self, Metrics, ObserveError, Observer, OracleTrainer, StateSource, TrainError,
+};
 use tallyho_oracle::TrainConfig;
 
 /// Which trainer runs the loop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum BackendChoice {
     /// CUDA where a GPU is present, else the CPU oracle.
+    #[default]
     Auto,
     Cpu,
     Cuda,
 }
 
-/// What `tallyho train` was asked for; `None`: the backend's default.
-#[derive(Clone, Debug)]
+/// How the run reports as it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Output {
+    /// A progress bar (steps, ETA, transitions/s and the latest metrics) on stderr.
+    #[default]
+    Bar,
+    /// Nothing until the final line.
+    Quiet,
+    /// One JSON object a line on stdout per event: `metrics` (each window), `checkpoint`,
+    /// `eval`; the caller prints the final `done`.
+    Json,
+}
+
+/// What `tallyho train` was asked for; `None`: the config's (or the backend's preset's).
+#[derive(Clone, Debug, Default)]
 pub struct TrainOptions {
     pub data: Option<PathBuf>,
     pub steps: Option<u64>,
     pub envs: Option<usize>,
     pub seed: Option<u64>,
-    pub out: PathBuf,
+    /// The run folder; None: `runs/train-<unix seconds>`, or the resumed run's.
+    pub out: Option<PathBuf>,
     pub backend: BackendChoice,
     pub metrics_every: Option<u32>,
+    /// A TOML file of config keys, laid over the backend's preset.
+    pub config: Option<PathBuf>,
+    /// `key=value` overrides, after the file.
+    pub sets: Vec<String>,
+    /// A run folder or a checkpoint file to continue from.
+    pub resume: Option<PathBuf>,
+    pub output: Output,
+    /// Set (by Ctrl-C) to stop after the current step with a final checkpoint.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// The two backends' defaults.
@@ -122,51 +152,99 @@ struct Line<'a> {
     transitions_per_s: f64,
 }
 
-/// The progress bar and the metrics file.
-struct Report {
+/// The run's observer: the progress bar or JSON events, the metrics file, the checkpoints.
+struct Recorder {
+    output: Output,
     bar: ProgressBar,
     file: BufWriter<File>,
     start: Instant,
     last: Option<(f64, u64)>,
+    checkpoints: PathBuf,
+    header: Header,
+    keep: usize,
+    stop: Option<Arc<AtomicBool>>,
+    written: Vec<PathBuf>,
 }
 
-impl Observer for Report {
+impl Recorder {
+    fn event(&self, value: serde_json::Value) {
+        if self.output == Output::Json {
+            println!("{value}");
+        }
+    }
+}
+
+impl Observer for Recorder {
     fn on_step(&mut self, step: u64) {
         self.bar.set_position(step);
     }
 
-    fn on_metrics(&mut self, m: &Metrics) -> std::io::Result<()> {
+    fn on_metrics(&mut self, m: &Metrics) -> std::result::Result<(), ObserveError> {
         let wall = self.start.elapsed().as_secs_f64();
-        let (t0, n0) = self.last.unwrap_or((0.0, 0));
-        let rate = (m.transitions - n0) as f64 / (wall - t0).max(1e-9);
+        let (t0, n0) = self
+            .last
+            .unwrap_or((0.0, m.transitions.saturating_sub(m.transitions)));
+        let done = m.transitions.saturating_sub(n0);
+        let rate = done as f64 / (wall - t0).max(1e-9);
         self.last = Some((wall, m.transitions));
-        serde_json::to_writer(
-            &mut self.file,
-            &Line {
-                m,
-                wall_s: wall,
-                transitions_per_s: rate,
-            },
-        )?;
+        let line = Line {
+            m,
+            wall_s: wall,
+            transitions_per_s: rate,
+        };
+        serde_json::to_writer(&mut self.file, &line)?;
         self.file.write_all(b"\n")?;
         self.file.flush()?;
+        if self.output == Output::Json {
+            let mut v = serde_json::to_value(&line)?;
+            v["event"] = "metrics".into();
+            println!("{v}");
+        }
         let loss = m.loss.map_or("-".to_string(), |l| format!("{l:.4}"));
         self.bar.set_message(format!(
-            "{:.0} transitions/s  loss {loss}  eps {:.3}",
-            rate, m.epsilon
+            "{rate:.0} transitions/s  loss {loss}  reward {:.4}  pnl {:.0}  eps {:.3}",
+            m.reward, m.pnl, m.epsilon
         ));
         Ok(())
+    }
+
+    fn on_checkpoint(
+        &mut self,
+        step: u64,
+        state: &mut dyn StateSource,
+    ) -> std::result::Result<(), ObserveError> {
+        let header = Header {
+            step,
+            ..self.header.clone()
+        };
+        let path = checkpoint::write(&self.checkpoints, &header, state.get()?, self.keep)?;
+        self.event(serde_json::json!({"event": "checkpoint", "step": step, "path": path}));
+        self.written.push(path);
+        Ok(())
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
     }
 }
 
 /// What a run ends with.
 pub struct TrainSummary {
     pub backend: &'static str,
+    /// Steps run in all (a resumed run's earlier steps included), and of them this call's.
     pub steps: u64,
+    pub steps_run: u64,
     pub transitions: u64,
     pub seconds: f64,
+    /// Whether Ctrl-C stopped it (after a final checkpoint).
+    pub stopped: bool,
     pub last: Option<Metrics>,
+    pub out: PathBuf,
     pub metrics_path: PathBuf,
+    /// The newest checkpoint written.
+    pub checkpoint: Option<PathBuf>,
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
@@ -176,30 +254,17 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     }
 }
 
-/// Create the run folder, refusing one that already holds a run (nothing written is lost).
-fn prepare_out(out: &Path) -> Result<PathBuf> {
-    let metrics = out.join("metrics.jsonl");
-    if metrics.exists() {
-        return Err(Error::Io {
-            what: format!("{} already holds a run", out.display()),
-            err: std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "choose another --out, or move that run away first",
-            ),
-        });
-    }
-    std::fs::create_dir_all(out)
-        .map_err(io(format!("creating the run folder {}", out.display())))?;
-    Ok(metrics)
+/// `runs/train-<unix seconds>`: a fresh folder per run.
+pub fn default_run_dir() -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    PathBuf::from("runs").join(format!("train-{secs}"))
 }
 
-/// Run `tallyho train`; `note` receives the one-line messages (backend, preset).
-pub fn run(
-    opts: &TrainOptions,
-    market: &Market,
-    mut note: impl FnMut(&str),
-) -> Result<TrainSummary> {
-    let gpu = match opts.backend {
+/// The GPU to train on, or None for the CPU oracle (`note` says why where it falls back).
+fn choose_backend(choice: BackendChoice, note: &mut impl FnMut(&str)) -> Result<Option<Gpu>> {
+    Ok(match choice {
         BackendChoice::Cpu => None,
         BackendChoice::Cuda => Some(Gpu::new()?),
         BackendChoice::Auto => match Gpu::new() {
@@ -213,86 +278,323 @@ pub fn run(
                 None
             }
         },
-    };
+    })
+}
+
+/// The command line's flags as config keys (they win over the file and `--set`).
+fn flag_sets(opts: &TrainOptions) -> Vec<String> {
+    let mut sets = opts.sets.clone();
+    if let Some(n) = opts.steps {
+        sets.push(format!("run.steps={n}"));
+    }
+    if let Some(n) = opts.envs {
+        sets.push(format!("env.envs={n}"));
+    }
+    if let Some(k) = opts.metrics_every {
+        sets.push(format!("schedule.metrics_every={k}"));
+    }
+    if let Some(s) = opts.seed {
+        let [e, q, r] = seeds(s);
+        sets.extend([
+            format!("env.seed={e}"),
+            format!("qnet.seed={q}"),
+            format!("replay.seed={r}"),
+        ]);
+    }
+    sets
+}
+
+/// The env, network and replay seeds of run seed `s`.
+fn seeds(s: u64) -> [u64; 3] {
+    [s, s ^ 0x9e37_79b9, s ^ 0x7f4a_7c15]
+}
+
+fn integer_at(t: &toml::Table, section: &str, key: &str) -> Option<u64> {
+    t.get(section)?
+        .get(key)?
+        .as_integer()
+        .map(|v| v.max(0) as u64)
+}
+
+/// The config of a new run: the preset of the backend for the run's steps and envs (from
+/// the flags, the overrides or the preset), with the file's keys, the `--set` overrides and
+/// the flags laid over it, validated.
+pub fn resolve_config(
+    opts: &TrainOptions,
+    preset: Preset,
+    feature_dim: usize,
+) -> Result<TrainConfig> {
+    let over = config::overrides(opts.config.as_deref(), &flag_sets(opts), &config::shape()?)?;
+    let steps = integer_at(&over, "run", "steps").unwrap_or(preset.steps());
+    let envs = integer_at(&over, "env", "envs").map(|n| n as usize);
+    let base = preset.config(steps, envs, None, feature_dim);
+    let cfg = config::apply(&base, &over)?.resolve(feature_dim);
+    cfg.validate(feature_dim)?;
+    Ok(cfg)
+}
+
+/// The resolved config `tallyho train --print-config` prints (TOML, a valid `--config`).
+pub fn print_config(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<String> {
+    if let Some(from) = &opts.resume {
+        let c = Checkpoint::read(&Checkpoint::find(from)?)?;
+        let cfg = resumed_config(opts, &c)?;
+        return config::to_toml(&cfg);
+    }
+    let gpu = choose_backend(opts.backend, &mut note)?;
+    let market = load_market(opts.data.as_deref())?;
     let preset = if gpu.is_some() {
         Preset::Gpu
     } else {
         Preset::Cpu
     };
-    let steps = opts.steps.unwrap_or(preset.steps());
-    if steps == 0 {
-        return Err(Error::Shape(
-            "--steps 0 trains nothing: give at least 1".into(),
-        ));
+    config::to_toml(&resolve_config(opts, preset, market.feature_dim)?)
+}
+
+/// The checkpoint's config with the run's overrides; only `run` keys may change.
+fn resumed_config(opts: &TrainOptions, c: &Checkpoint) -> Result<TrainConfig> {
+    let saved = &c.header.config;
+    let over = config::overrides(opts.config.as_deref(), &flag_sets(opts), &config::shape()?)?;
+    let cfg = config::apply(saved, &over)?;
+    let changed = config::differences(saved, &cfg, &["run"])?;
+    if !changed.is_empty() {
+        return Err(Error::Settings(format!(
+            "--resume continues the run of {} with its config; these keys would change it (checkpoint vs now): {}: resume without them, or start a new run",
+            c.path.display(),
+            changed.join("; ")
+        )));
     }
-    let mut cfg = preset.config(steps, opts.envs, opts.seed, market.feature_dim);
-    if let Some(k) = opts.metrics_every {
-        cfg.schedule.metrics_every = k;
+    if cfg.run.steps <= c.header.step {
+        return Err(Error::Settings(format!(
+            "{} is at step {}, and run.steps is {}: give --steps above {} to train on",
+            c.path.display(),
+            c.header.step,
+            cfg.run.steps,
+            c.header.step
+        )));
     }
-    cfg.validate(market.feature_dim)?;
-    let metrics_path = prepare_out(&opts.out)?;
-    let config_path = opts.out.join("config.json");
-    let text = serde_json::to_string_pretty(&cfg)
-        .map_err(|e| Error::Shape(format!("serialising the config: {e}")))?;
-    std::fs::write(&config_path, text).map_err(io(format!("writing {}", config_path.display())))?;
+    Ok(cfg)
+}
+
+/// The run folder of a checkpoint file (`DIR/checkpoints/step-k.safetensors` -> DIR).
+fn run_dir_of(checkpoint: &Path) -> Option<PathBuf> {
+    let dir = checkpoint.parent()?;
+    (dir.file_name()? == "checkpoints").then(|| dir.parent().map(Path::to_path_buf))?
+}
+
+/// Keep the lines of `path` (metrics.jsonl) of steps up to `step`: the later ones are of
+/// steps the resumed run runs again, bit for bit, and writes again.
+fn cut_metrics(path: &Path, step: u64) -> Result<()> {
+    let text = std::fs::read_to_string(path).map_err(io(format!("reading {}", path.display())))?;
+    let mut kept = String::new();
+    for line in text.lines() {
+        let at = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("step").and_then(|s| s.as_u64()));
+        if at.is_some_and(|k| k <= step) {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    crate::tensor_file::write_atomic(path, kept.as_bytes())
+}
+
+/// Where a run starts: a new one (step 0) or a checkpoint's state.
+enum Start {
+    New,
+    Resume {
+        step: u64,
+        state: Box<OracleTrainer>,
+    },
+}
+
+/// Run `tallyho train`; `note` receives the one-line messages (backend, preset, resume).
+pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSummary> {
+    let gpu = choose_backend(opts.backend, &mut note)?;
+    let preset = if gpu.is_some() {
+        Preset::Gpu
+    } else {
+        Preset::Cpu
+    };
+    let (cfg, market, source, out, start) = match &opts.resume {
+        None => {
+            let market = load_market(opts.data.as_deref())?;
+            let cfg = resolve_config(opts, preset, market.feature_dim)?;
+            let out = opts.out.clone().unwrap_or_else(default_run_dir);
+            (
+                cfg,
+                market,
+                source_of(opts.data.as_deref()),
+                out,
+                Start::New,
+            )
+        }
+        Some(from) => {
+            let c = Checkpoint::read(&Checkpoint::find(from)?)?;
+            let cfg = resumed_config(opts, &c)?;
+            let saved = c.header.market.source.clone();
+            let data = match &opts.data {
+                Some(d) => Some(d.clone()),
+                None => (saved != SYNTHETIC).then(|| PathBuf::from(&saved)),
+            };
+            let market = load_market(data.as_deref())?;
+            let source = source_of(data.as_deref());
+            let state = Box::new(c.trainer(&market, &source)?);
+            let out = match &opts.out {
+                Some(o) => o.clone(),
+                None if from.is_dir() => from.clone(),
+                None => run_dir_of(&c.path).ok_or_else(|| {
+                    Error::Settings(format!(
+                        "{} is not inside a run folder's checkpoints/: give --out for the resumed run",
+                        c.path.display()
+                    ))
+                })?,
+            };
+            note(&format!(
+                "resuming {} at step {} of {} (written by the {} backend)",
+                c.path.display(),
+                c.header.step,
+                cfg.run.steps,
+                c.header.backend
+            ));
+            let step = c.header.step;
+            (cfg, market, source, out, Start::Resume { step, state })
+        }
+    };
+    let metrics_path = out.join("metrics.jsonl");
+    let from = match &start {
+        Start::New => {
+            prepare_new(&out, &metrics_path)?;
+            0
+        }
+        Start::Resume { step, .. } => {
+            if metrics_path.exists() {
+                cut_metrics(&metrics_path, *step)?;
+            }
+            *step
+        }
+    };
+    std::fs::create_dir_all(&out)
+        .map_err(io(format!("creating the run folder {}", out.display())))?;
+    let config_path = out.join("config.toml");
+    crate::tensor_file::write_atomic(&config_path, config::to_toml(&cfg)?.as_bytes())?;
     let file = BufWriter::new(
-        File::create(&metrics_path).map_err(io(format!("creating {}", metrics_path.display())))?,
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&metrics_path)
+            .map_err(io(format!("opening {}", metrics_path.display())))?,
     );
-    let bar = ProgressBar::new(steps);
+    let steps = cfg.run.steps;
+    let bar = match opts.output {
+        Output::Bar => ProgressBar::new(steps),
+        Output::Quiet | Output::Json => ProgressBar::hidden(),
+    };
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {elapsed_precise}  {msg}")
-            .map_err(|e| Error::Shape(format!("progress template: {e}")))?,
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} steps  {elapsed_precise} (eta {eta})  {msg}",
+        )
+        .map_err(|e| Error::Shape(format!("progress template: {e}")))?,
     );
-    let mut report = Report {
+    bar.set_position(from);
+    bar.reset_eta();
+    let backend_name = if gpu.is_some() { "cuda" } else { "cpu" };
+    let mut rec = Recorder {
+        output: opts.output,
         bar,
         file,
         start: Instant::now(),
         last: None,
+        checkpoints: out.join("checkpoints"),
+        header: Header {
+            format: checkpoint::FORMAT.into(),
+            version: checkpoint::VERSION,
+            step: 0,
+            backend: backend_name.into(),
+            market: MarketId::of(&market, &source),
+            config: cfg.clone(),
+        },
+        keep: cfg.run.keep_checkpoints as usize,
+        stop: opts.stop.clone(),
+        written: Vec::new(),
     };
     let q = &cfg.qnet;
     let shape = format!(
         "{} envs, network {}-{} / {} value / {} advantage, {} atoms, batch {}, {} steps",
         cfg.env.envs, q.h1, q.h2, q.value_hidden, q.adv_hidden, q.atoms, cfg.replay.batch, steps
     );
-    let (backend, last) = match &gpu {
+    let finish = match &gpu {
         Some(g) => {
-            note(&format!("training on {} (CUDA backend): {shape}", g.name()));
-            let mut t = CudaTrainer::new(g, &cfg, market)?;
-            (
-                "cuda",
-                trainer::train(&cfg, steps, &mut t, &mut report).map_err(flatten)?,
-            )
+            if from == 0 {
+                note(&format!("training on {} (CUDA backend): {shape}", g.name()));
+            }
+            let mut t = CudaTrainer::new(g, &cfg, &market)?;
+            if let Start::Resume { step, state } = &start {
+                t.restore(state, *step)?;
+            }
+            trainer::train(&cfg, from, &mut t, &mut rec).map_err(flatten)?
         }
         None => {
-            note(&format!(
-                "training on the CPU oracle backend, a smaller default than a GPU run's: {shape}"
-            ));
-            let mut t =
-                OracleTrainer::new(&cfg, market).map_err(|e| Error::Train(e.to_string()))?;
-            (
-                "cpu",
-                trainer::train(&cfg, steps, &mut t, &mut report).map_err(flatten_cpu)?,
-            )
+            if from == 0 {
+                note(&format!(
+                    "training on the CPU oracle backend, a smaller default than a GPU run's: {shape}"
+                ));
+            }
+            let mut t = match start {
+                Start::New => {
+                    OracleTrainer::new(&cfg, &market).map_err(|e| Error::Train(e.to_string()))?
+                }
+                Start::Resume { state, .. } => {
+                    let mut t = *state;
+                    t.cfg = cfg.clone();
+                    t
+                }
+            };
+            trainer::train(&cfg, from, &mut t, &mut rec).map_err(flatten)?
         }
     };
-    report.bar.finish();
+    rec.bar.finish();
     Ok(TrainSummary {
-        backend,
-        steps,
-        transitions: steps * cfg.env.envs as u64,
-        seconds: report.start.elapsed().as_secs_f64(),
-        last,
+        backend: backend_name,
+        steps: finish.step,
+        steps_run: finish.step - from,
+        transitions: (finish.step - from) * cfg.env.envs as u64,
+        seconds: rec.start.elapsed().as_secs_f64(),
+        stopped: finish.stopped,
+        last: finish.last,
+        out,
         metrics_path,
+        checkpoint: rec.written.last().cloned(),
     })
 }
 
-fn flatten(e: TrainError<Error>) -> Error {
-    match e {
-        TrainError::Backend(e) => e,
-        other => Error::Train(other.to_string()),
-    }
+/// The market's source as a checkpoint records it.
+const SYNTHETIC: &str = "synthetic";
+
+fn source_of(data: Option<&Path>) -> String {
+    data.map_or(SYNTHETIC.to_string(), |p| p.display().to_string())
 }
 
-fn flatten_cpu(e: TrainError<trainer::OracleError>) -> Error {
-    Error::Train(e.to_string())
+/// Create the run folder of a new run, refusing one that already holds a run (nothing
+/// written is lost).
+fn prepare_new(out: &Path, metrics: &Path) -> Result<()> {
+    if metrics.exists() {
+        return Err(Error::Io {
+            what: format!("{} already holds a run", out.display()),
+            err: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "choose another --out, continue it with --resume, or move that run away first",
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn flatten<E: std::error::Error + Send + Sync + 'static>(e: TrainError<E>) -> Error
+where
+    Error: From<E>,
+{
+    match e {
+        TrainError::Backend(e) => Error::from(e),
+        other => Error::Train(other.to_string()),
+    }
 }

@@ -104,13 +104,18 @@ fn train_on_the_cpu_backend_writes_finite_metrics_and_its_config() {
         "{stderr}"
     );
     assert!(
-        stdout.contains("trained 250 steps (4000 transitions) on the cpu backend"),
+        stdout.contains(
+            "trained to step 250 (250 steps, 4000 transitions this run) on the cpu backend"
+        ),
         "{stdout}"
     );
     assert_eq!(finite_metrics(&dir), (3, 250));
-    let cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
-    assert_eq!(cfg["env"]["envs"], 16);
+    let cfg: toml::Table =
+        toml::from_str(&std::fs::read_to_string(dir.join("config.toml")).unwrap()).unwrap();
+    assert_eq!(cfg["env"]["envs"].as_integer(), Some(16));
+    assert_eq!(cfg["run"]["steps"].as_integer(), Some(250));
+    let checkpoints = std::fs::read_dir(dir.join("checkpoints")).unwrap().count();
+    assert_eq!(checkpoints, 1, "the run's end writes a checkpoint");
     // A second run into the same folder is refused: nothing written is lost.
     let (ok, _, stderr) = tallyho(&[
         "train",
@@ -171,7 +176,10 @@ fn train_with_bad_arguments_is_refused_with_the_fix() {
         dir.to_str().unwrap(),
     ]);
     assert!(!ok);
-    assert!(stderr.contains("--steps 0 trains nothing"), "{stderr}");
+    assert!(
+        stderr.contains("run.steps = 0 is outside >= 1: a run trains at least one step"),
+        "{stderr}"
+    );
     let (ok, _, stderr) = tallyho(&[
         "train",
         "--backend",

@@ -8,13 +8,15 @@
 pub enum ConfigError {
     #[error("{name} is 0: it must be at least 1")]
     Zero { name: &'static str },
-    #[error("capacity {capacity} is below 4 x batch {batch} (= {need}): raise --capacity or lower --batch")]
+    #[error("capacity {capacity} is below 4 x batch {batch} (= {need}): raise replay.capacity or lower replay.batch")]
     CapacityBelowFourBatches {
         capacity: usize,
         batch: usize,
         need: usize,
     },
-    #[error("capacity {capacity} exceeds the supported maximum {max} (2^30): lower --capacity")]
+    #[error(
+        "capacity {capacity} exceeds the supported maximum {max} (2^30): lower replay.capacity"
+    )]
     CapacityTooLarge { capacity: usize, max: usize },
     #[error("{name} = {value} is outside {range}: {fix}")]
     OutOfRange {
@@ -24,7 +26,7 @@ pub enum ConfigError {
         fix: &'static str,
     },
     #[error(
-        "capacity {capacity} is below 4 x envs {envs} (= {need}): raise --capacity or lower --envs"
+        "replay.capacity {capacity} is below 4 x envs {envs} (= {need}): raise replay.capacity or lower env.envs"
     )]
     CapacityBelowFourInserts {
         capacity: usize,
@@ -41,6 +43,23 @@ pub enum ConfigError {
     },
     #[error("qnet.branches {got:?} are not the action space {want:?} (direction, size, order type): use tallyho_oracle::action::ACTION_BRANCHES")]
     BranchesMismatch { got: Vec<usize>, want: Vec<usize> },
+    /// A part's error, named by the part's section of the config (`qnet`, `replay`, ...):
+    /// the message's leading key becomes `section.key`, as a config file spells it.
+    #[error("{section}.{err}")]
+    In {
+        section: &'static str,
+        err: Box<ConfigError>,
+    },
+}
+
+impl ConfigError {
+    /// This error as one of the config's `section`.
+    pub fn in_section(self, section: &'static str) -> ConfigError {
+        ConfigError::In {
+            section,
+            err: Box::new(self),
+        }
+    }
 }
 
 /// `Err(OutOfRange)` unless `ok` (callers write `ok` so that NaN fails it).

@@ -42,6 +42,7 @@ pub const PORTFOLIO_FEATURES: usize = 4;
 /// Constants of the environment. Money is in the account currency: PnL = price points x
 /// contracts x `point_value`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct EnvConfig {
     /// Parallel environments N.
     pub envs: usize,

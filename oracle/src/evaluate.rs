@@ -312,6 +312,7 @@ impl PlantedTask {
         cfg.schedule.learn_start = 1024;
         cfg.schedule.target_period = 250;
         cfg.schedule.metrics_every = 1000;
+        cfg.run.steps = steps;
         cfg.schedule.epsilon = crate::schedule::EpsilonSchedule {
             start: 1.0,
             end: 0.05,

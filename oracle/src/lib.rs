@@ -34,4 +34,4 @@ pub use features::{FeatureConfig, Market};
 pub use market::{Bars, MarketError, SyntheticConfig};
 pub use replay::ReplayConfig;
 pub use tolerance::Tolerance;
-pub use train_config::TrainConfig;
+pub use train_config::{RunConfig, TrainConfig};

@@ -27,6 +27,7 @@ use crate::philox::{self, stream};
 
 /// The prioritized replay buffer (Schaul et al. 2016, "Prioritized Experience Replay").
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ReplayConfig {
     /// Ring capacity C (transitions).
     pub capacity: usize,

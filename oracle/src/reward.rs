@@ -83,6 +83,7 @@ impl Stage {
 
 /// Constants of the reward pipeline.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RewardConfig {
     /// Subtracted from the reward of a step that opens a position from flat.
     pub entry_cost: f32,

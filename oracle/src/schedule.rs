@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 /// experience steps, then held at `end` (Mnih et al. 2015 anneal 1 to 0.1 over the first
 /// million frames).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EpsilonSchedule {
     pub start: f32,
     pub end: f32,
@@ -42,7 +43,7 @@ pub fn schedule_epsilon(s: &EpsilonSchedule, step: u32) -> f32 {
 /// The loop's cadence: what a training step runs besides the experience, and how often the
 /// host looks at the metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrainSchedule {
     /// Updates U per training step (each samples a batch of `replay.batch`).
     pub updates_per_step: u32,

@@ -23,7 +23,7 @@ use crate::transition::TransitionConfig;
 /// - The Q-network's branches are the action space, [`ACTION_BRANCHES`].
 /// - The replay holds at least 4 inserts (`env.envs` transitions each step) and 4 batches.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     pub env: EnvConfig,
     pub qnet: QNetConfig,
@@ -31,6 +31,64 @@ pub struct TrainConfig {
     pub reward: RewardConfig,
     /// The loop's cadence: updates per step, when they start, target sync, epsilon, metrics.
     pub schedule: TrainSchedule,
+    /// The run around the loop: its length, checkpoints and evaluations.
+    pub run: RunConfig,
+}
+
+/// The run around the loop: how many steps, and what it writes on the way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    /// Training steps (each steps every env once).
+    pub steps: u64,
+    /// Steps between checkpoints; one is also written after the last step (0: only then).
+    pub checkpoint_every: u64,
+    /// Checkpoints kept: the newest, older ones are removed as new ones are written.
+    pub keep_checkpoints: u32,
+    /// Steps between evaluations on the test split; one also runs after the last step (0:
+    /// only then).
+    pub eval_every: u64,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            steps: 30_000,
+            checkpoint_every: 5_000,
+            keep_checkpoints: 3,
+            eval_every: 0,
+        }
+    }
+}
+
+impl RunConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::config::require(
+            self.steps >= 1,
+            "steps",
+            self.steps as f64,
+            ">= 1",
+            "a run trains at least one step",
+        )?;
+        crate::config::require(
+            self.keep_checkpoints >= 1,
+            "keep_checkpoints",
+            self.keep_checkpoints,
+            ">= 1",
+            "keep at least the newest checkpoint (3 is the default)",
+        )
+    }
+
+    /// Whether step `step` (counted from 1, the steps run so far) writes a checkpoint.
+    pub fn checkpoint_due(&self, step: u64) -> bool {
+        step == self.steps
+            || (self.checkpoint_every > 0 && step.is_multiple_of(self.checkpoint_every))
+    }
+
+    /// Whether step `step` (counted from 1) is followed by an evaluation.
+    pub fn eval_due(&self, step: u64) -> bool {
+        step == self.steps || (self.eval_every > 0 && step.is_multiple_of(self.eval_every))
+    }
 }
 
 /// Every part's default, resolved for the built-in features ([`FEATURE_DIM`]), so valid.
@@ -42,6 +100,7 @@ impl Default for TrainConfig {
             replay: ReplayConfig::default(),
             reward: RewardConfig::default(),
             schedule: TrainSchedule::default(),
+            run: RunConfig::default(),
         }
         .resolve(FEATURE_DIM)
     }
@@ -84,12 +143,18 @@ impl TrainConfig {
                 want: ACTION_BRANCHES.to_vec(),
             });
         }
-        self.qnet.validate()?;
-        self.env.validate(&self.qnet.branches)?;
-        self.replay.validate()?;
-        self.reward.validate()?;
-        self.transition().validate()?;
-        self.schedule.validate(self.replay.batch)?;
+        let within = |section| move |e: ConfigError| e.in_section(section);
+        self.qnet.validate().map_err(within("qnet"))?;
+        self.env
+            .validate(&self.qnet.branches)
+            .map_err(within("env"))?;
+        self.replay.validate().map_err(within("replay"))?;
+        self.reward.validate().map_err(within("reward"))?;
+        self.transition().validate().map_err(within("qnet"))?;
+        self.schedule
+            .validate(self.replay.batch)
+            .map_err(within("schedule"))?;
+        self.run.validate().map_err(within("run"))?;
         let want = Self::state_dim(feature_dim);
         for (name, value) in [
             ("qnet.state_dim", self.qnet.state_dim),
@@ -115,7 +180,7 @@ impl TrainConfig {
         }
         crate::config::require(
             self.schedule.learn_start <= capacity,
-            "learn_start",
+            "schedule.learn_start",
             self.schedule.learn_start as f64,
             "<= replay.capacity",
             "start updates before the replay would have to hold more than it can",
@@ -189,7 +254,7 @@ mod tests {
         (cfg.replay.capacity, cfg.replay.batch, cfg.env.envs) = (512, 256, 64);
         assert_eq!(
             refusal(&cfg),
-            "capacity 512 is below 4 x batch 256 (= 1024): raise --capacity or lower --batch"
+            "replay.capacity 512 is below 4 x batch 256 (= 1024): raise replay.capacity or lower replay.batch"
         );
     }
 
@@ -199,7 +264,7 @@ mod tests {
         (cfg.replay.capacity, cfg.replay.batch, cfg.env.envs) = (1024, 64, 512);
         assert_eq!(
             refusal(&cfg),
-            "capacity 1024 is below 4 x envs 512 (= 2048): raise --capacity or lower --envs"
+            "replay.capacity 1024 is below 4 x envs 512 (= 2048): raise replay.capacity or lower env.envs"
         );
     }
 

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use tallyho_oracle::env::{EnvMarket, Split};
 use tallyho_oracle::features::Market;
 use tallyho_oracle::schedule::StepKind;
-use tallyho_oracle::trainer::{Backend, MetricTotals};
+use tallyho_oracle::trainer::{Backend, MetricTotals, OracleTrainer};
 use tallyho_oracle::TrainConfig;
 
 /// Words of a step graph's binding: 5 switches, the env's 26 addresses, acting's 5, the
@@ -66,6 +66,11 @@ pub struct CudaTrainer {
     forked: CudaEvent,
     acted: CudaEvent,
     joined: CudaEvent,
+    /// The market the envs step (the host mirror's).
+    market: Market,
+    /// The host mirror of the whole state ([`Backend::state`]) and the step it was copied at.
+    mirror: Option<Box<OracleTrainer>>,
+    mirror_at: Option<u64>,
 }
 
 /// `to` waits for the work queued on `from` so far (nothing where they are one stream).
@@ -151,6 +156,9 @@ impl CudaTrainer {
             net,
             acting,
             experience,
+            market: market.clone(),
+            mirror: None,
+            mirror_at: None,
         };
         // Buffers were made on both streams: both idle before the first step.
         gpu.ctx.synchronize()?;
@@ -375,6 +383,12 @@ impl CudaTrainer {
         Ok(self.env.stream().synchronize()?)
     }
 
+    /// The host's counts after `steps` steps with `inserted` replay rows (a restore).
+    fn set_counters(&mut self, steps: u64, inserted: usize) {
+        (self.steps, self.inserted) = (steps, inserted);
+        self.mirror_at = None;
+    }
+
     /// Training steps run so far (the host's own count).
     pub fn steps(&self) -> u64 {
         self.steps
@@ -395,5 +409,22 @@ impl Backend for CudaTrainer {
 
     fn take_metrics(&mut self) -> Result<MetricTotals> {
         CudaTrainer::take_metrics(self)
+    }
+
+    /// The device's state copied into the host mirror (once per step count: a checkpoint
+    /// and an evaluation of one step share the copy).
+    fn state(&mut self) -> Result<&OracleTrainer> {
+        let mut mirror = match self.mirror.take() {
+            Some(m) => m,
+            None => Box::new(
+                OracleTrainer::new(&self.cfg, &self.market)
+                    .map_err(|e| Error::Train(e.to_string()))?,
+            ),
+        };
+        if self.mirror_at != Some(self.steps) {
+            self.download_into(&mut mirror)?;
+            self.mirror_at = Some(self.steps);
+        }
+        Ok(self.mirror.insert(mirror))
     }
 }

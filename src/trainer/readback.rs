@@ -2,7 +2,7 @@
 //! oracle steps from the GPU's state; checkpoints). Host reads: never inside a step.
 
 use super::CudaTrainer;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use tallyho_oracle::optimizer::AdamState;
 use tallyho_oracle::trainer::OracleTrainer;
 
@@ -26,6 +26,37 @@ impl CudaTrainer {
             step: s.ctl()?.step,
         };
         o.epsilon_step = self.env.epsilon.read_step()?;
+        Ok(())
+    }
+
+    /// Continue from `o`'s training state after `step` steps (a checkpoint): every state
+    /// [`CudaTrainer::download_into`] reads is written back into the same buffers (so the
+    /// captured graphs stay valid), the metric sums are zeroed and the host's counters set.
+    /// `o` must be of this trainer's config (its `run` aside).
+    pub fn restore(&mut self, o: &OracleTrainer, step: u64) -> Result<()> {
+        let (mut mine, mut theirs) = (self.cfg.clone(), o.cfg.clone());
+        (mine.run, theirs.run) = (Default::default(), Default::default());
+        if mine != theirs {
+            return Err(Error::Train(
+                "the state to restore is of another config: build the trainer from the checkpoint's config".into(),
+            ));
+        }
+        self.synchronize()?;
+        self.env.upload_state(&o.env)?;
+        self.reward.upload_state(&o.reward_envs, &o.reward_global)?;
+        self.transition.upload_ring(&o.ring)?;
+        self.replay.upload_state(&o.replay)?;
+        self.net.set_params(&o.online, &o.target)?;
+        let narrow = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+        self.net
+            .opt
+            .set_state(&narrow(&o.adam.m), &narrow(&o.adam.v), o.adam.step)?;
+        self.env.epsilon.write_step(o.epsilon_step)?;
+        // The uploads went through each stage's stream: all done before the next step.
+        self.learner.synchronize()?;
+        self.synchronize()?;
+        self.take_metrics()?;
+        self.set_counters(step, o.replay.ctl.size as usize);
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ use crate::transition::MAX_N_STEP;
 
 /// Sizes and constants of the Q-network, its loss and its optimizer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct QNetConfig {
     /// State width S (floats per state), the input of the trunk.
     pub state_dim: usize,

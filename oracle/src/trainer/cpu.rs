@@ -271,4 +271,8 @@ impl Backend for OracleTrainer {
     fn take_metrics(&mut self) -> Result<MetricTotals, OracleError> {
         Ok(std::mem::take(&mut self.totals))
     }
+
+    fn state(&mut self) -> Result<&OracleTrainer, OracleError> {
+        Ok(self)
+    }
 }

@@ -34,6 +34,56 @@ impl Backend for Scripted {
             ..MetricTotals::default()
         })
     }
+
+    fn state(&mut self) -> Result<&OracleTrainer, std::io::Error> {
+        Err(std::io::Error::other("a scripted backend has no state"))
+    }
+}
+
+/// An observer that keeps the metrics windows and, at each checkpoint, the step and (where
+/// `copy`) a copy of the state; it asks to stop after step `stop_at`.
+#[derive(Default)]
+struct Checkpoints {
+    windows: Vec<u64>,
+    evals: Vec<u64>,
+    taken: Vec<(u64, Option<Box<OracleTrainer>>)>,
+    copy: bool,
+    stop_at: Option<u64>,
+    step: u64,
+}
+
+impl Observer for Checkpoints {
+    fn on_step(&mut self, step: u64) {
+        self.step = step;
+    }
+
+    fn on_metrics(&mut self, m: &Metrics) -> Result<(), ObserveError> {
+        self.windows.push(m.step);
+        Ok(())
+    }
+
+    fn on_eval(&mut self, step: u64, _: &mut dyn StateSource) -> Result<(), ObserveError> {
+        self.evals.push(step);
+        Ok(())
+    }
+
+    fn on_checkpoint(
+        &mut self,
+        step: u64,
+        state: &mut dyn StateSource,
+    ) -> Result<(), ObserveError> {
+        let copy = if self.copy {
+            Some(Box::new(state.get()?.clone()))
+        } else {
+            None
+        };
+        self.taken.push((step, copy));
+        Ok(())
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stop_at == Some(self.step)
+    }
 }
 
 fn small_config() -> TrainConfig {
@@ -74,12 +124,13 @@ fn small_market() -> Market {
 fn the_loop_runs_each_kind_in_order_and_reads_metrics_every_k_and_at_the_end() {
     let mut cfg = small_config();
     cfg.qnet.n_step = 3;
+    cfg.run.steps = 25;
     let mut b = Scripted {
         kinds: Vec::new(),
         loss: 0.5,
     };
     let mut keep = Keep::default();
-    let last = train(&cfg, 25, &mut b, &mut keep).expect("runs");
+    let finish = train(&cfg, 0, &mut b, &mut keep).expect("runs");
     // n = 3: steps 0, 1 fill; 8 rows a step from step 2, 32 rows (learn_start) before step 6.
     use StepKind::{Collect, Fill, Learn};
     assert_eq!(
@@ -89,18 +140,94 @@ fn the_loop_runs_each_kind_in_order_and_reads_metrics_every_k_and_at_the_end() {
     assert_eq!(b.kinds.len(), 25);
     let steps: Vec<u64> = keep.0.iter().map(|m| m.step).collect();
     assert_eq!(steps, [10, 20, 25]);
-    assert_eq!(last.expect("a window").loss, Some(0.5));
+    assert_eq!(finish.last.expect("a window").loss, Some(0.5));
+    assert_eq!((finish.step, finish.stopped), (25, false));
+}
+
+#[test]
+fn checkpoints_fall_every_k_and_at_the_end_and_each_closes_a_metrics_window() {
+    let mut cfg = small_config();
+    (cfg.run.steps, cfg.run.checkpoint_every, cfg.run.eval_every) = (25, 10, 12);
+    cfg.schedule.metrics_every = 4;
+    let mut b = Scripted {
+        kinds: Vec::new(),
+        loss: 0.5,
+    };
+    let mut obs = Checkpoints::default();
+    let finish = train(&cfg, 0, &mut b, &mut obs).expect("runs");
+    assert_eq!(obs.windows, [4, 8, 10, 12, 16, 20, 24, 25]);
+    let taken: Vec<u64> = obs.taken.iter().map(|(k, _)| *k).collect();
+    assert_eq!(taken, [10, 20, 25]);
+    assert_eq!(obs.evals, [12, 24, 25]);
+    assert_eq!((finish.step, finish.stopped), (25, false));
+}
+
+#[test]
+fn a_stop_request_closes_the_window_checkpoints_the_step_and_returns() {
+    let mut cfg = small_config();
+    (cfg.run.steps, cfg.run.checkpoint_every) = (25, 0);
+    let mut b = Scripted {
+        kinds: Vec::new(),
+        loss: 0.5,
+    };
+    let mut obs = Checkpoints {
+        stop_at: Some(7),
+        ..Checkpoints::default()
+    };
+    let finish = train(&cfg, 0, &mut b, &mut obs).expect("runs");
+    assert_eq!(b.kinds.len(), 7, "no step after the stop");
+    assert_eq!(obs.windows, [7]);
+    assert_eq!(obs.taken.len(), 1);
+    assert_eq!(obs.taken[0].0, 7);
+    assert_eq!((finish.step, finish.stopped), (7, true));
+    // Resumed at 7, the windows fall where the uninterrupted run's do.
+    let mut obs = Checkpoints::default();
+    train(&cfg, 7, &mut b, &mut obs).expect("resumes");
+    assert_eq!(obs.windows, [10, 20, 25]);
+    assert_eq!(b.kinds.len(), 25);
+}
+
+#[test]
+fn a_cpu_run_resumed_from_its_checkpointed_state_ends_bitwise_equal_to_the_run_that_went_on() {
+    let (mut cfg, market) = (small_config(), small_market());
+    (cfg.run.steps, cfg.run.checkpoint_every) = (40, 13);
+    let mut t = OracleTrainer::new(&cfg, &market).expect("valid");
+    let mut whole = Checkpoints {
+        copy: true,
+        ..Checkpoints::default()
+    };
+    train(&cfg, 0, &mut t, &mut whole).expect("trains");
+    let (k, state) = whole.taken.remove(1);
+    assert_eq!(k, 26);
+    let mut resumed = *state.expect("copied");
+    assert!(resumed.adam.step > 0, "the checkpoint is past learn_start");
+    let mut rest = Checkpoints::default();
+    train(&cfg, k, &mut resumed, &mut rest).expect("resumes");
+    assert_eq!(resumed.online, t.online);
+    assert_eq!(resumed.target, t.target);
+    assert_eq!(resumed.adam, t.adam);
+    assert_eq!(resumed.replay, t.replay);
+    assert_eq!(resumed.env, t.env);
+    assert_eq!(resumed.ring, t.ring);
+    assert_eq!(
+        (&resumed.reward_envs, &resumed.reward_global),
+        (&t.reward_envs, &t.reward_global)
+    );
+    assert_eq!(resumed.epsilon_step, t.epsilon_step);
+    let after: Vec<u64> = whole.windows.iter().copied().filter(|&w| w > k).collect();
+    assert_eq!(rest.windows, after);
 }
 
 #[test]
 fn a_non_finite_loss_stops_the_run_after_its_window_is_written() {
-    let cfg = small_config();
+    let mut cfg = small_config();
+    cfg.run.steps = 100;
     let mut b = Scripted {
         kinds: Vec::new(),
         loss: f64::NAN,
     };
     let mut keep = Keep::default();
-    let err = train(&cfg, 100, &mut b, &mut keep).unwrap_err();
+    let err = train(&cfg, 0, &mut b, &mut keep).unwrap_err();
     assert!(
         matches!(err, TrainError::NonFinite { step: 10, .. }),
         "{err}"
@@ -123,7 +250,9 @@ fn two_cpu_runs_with_one_seed_are_bitwise_equal_and_another_seed_differs() {
     let run = |cfg: &TrainConfig| {
         let mut t = OracleTrainer::new(cfg, &market).expect("valid");
         let mut keep = Keep::default();
-        train(cfg, 30, &mut t, &mut keep).expect("trains");
+        let mut cfg = cfg.clone();
+        cfg.run.steps = 30;
+        train(&cfg, 0, &mut t, &mut keep).expect("trains");
         (t, keep.0)
     };
     let (a, ma) = run(&cfg);
