@@ -89,7 +89,9 @@ impl Preset {
     }
 
     /// The run's config for `steps` steps of `envs` envs (None: the preset's), seeded by
-    /// `seed` where given, resolved for `feature_dim`.
+    /// `seed` where given, resolved for `feature_dim`: epsilon anneals over the first half
+    /// of the steps and beta over all of them; a checkpoint every 5000 steps (GPU) or 2500
+    /// (CPU) and at the end.
     pub fn config(
         self,
         steps: u64,
@@ -136,8 +138,13 @@ impl Preset {
             steps: anneal,
         };
         cfg.replay.beta_steps = (steps.max(1)).min(u64::from(u32::MAX)) as u32;
+        cfg.run.steps = steps;
+        cfg.run.checkpoint_every = match self {
+            Preset::Gpu => 5_000,
+            Preset::Cpu => 2_500,
+        };
         if let Some(s) = seed {
-            (cfg.env.seed, cfg.qnet.seed, cfg.replay.seed) = (s, s ^ 0x9e37_79b9, s ^ 0x7f4a_7c15);
+            [cfg.env.seed, cfg.qnet.seed, cfg.replay.seed] = seeds(s);
         }
         cfg.resolve(feature_dim)
     }

@@ -1,21 +1,8 @@
 //! The command line: exit codes and error messages a user sees.
 
-use std::process::Command;
+mod common;
 
-/// The binary under test: nextest names it at run time (also in an archive run elsewhere).
-fn tallyho(args: &[&str]) -> (bool, String, String) {
-    let bin = std::env::var_os("NEXTEST_BIN_EXE_tallyho")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tallyho").into());
-    let out = Command::new(&bin)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {bin:?}: {e}"));
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::tallyho;
 
 #[test]
 fn fixtures_check_passes_on_the_committed_fixtures() {
@@ -53,11 +40,8 @@ fn kernels_command_compiles_every_kernel_for_sm90() {
     }
 }
 
-/// A fresh run folder under the system's temp dir.
 fn run_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("tallyho-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    common::fresh_dir(&format!("cli-{name}"))
 }
 
 /// Every line of `dir/metrics.jsonl` parsed, every number in it finite; the last step.

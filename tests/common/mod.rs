@@ -75,3 +75,26 @@ pub fn table(comparisons: &[Comparison]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Run the `tallyho` binary under test (nextest names it at run time, also in an archive run
+/// elsewhere): whether it succeeded, its stdout and stderr.
+pub fn tallyho(args: &[&str]) -> (bool, String, String) {
+    let bin = std::env::var_os("NEXTEST_BIN_EXE_tallyho")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tallyho").into());
+    let out = std::process::Command::new(&bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {bin:?}: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A fresh, empty folder `tallyho-<name>-<pid>` under the system's temp dir.
+pub fn fresh_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("tallyho-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
