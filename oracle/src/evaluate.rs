@@ -94,6 +94,37 @@ fn planted_actions(m: &EnvMarket, st: &EnvState, feature: usize, dead_band: f32)
     out
 }
 
+/// The actions `[N x 3]` `policy` takes in the envs' states `st` (greedy: epsilon 0, the
+/// Q-values of the f64 forward rounded to f32 as the trainer acts; random: epsilon 1, the
+/// Philox draws of exploration keyed by `cfg.seed`).
+pub fn policy_actions(
+    cfg: &EnvConfig,
+    branches: &[usize],
+    m: &EnvMarket,
+    st: &EnvState,
+    policy: Policy,
+) -> Vec<i32> {
+    match policy {
+        Policy::Greedy { cfg: q, params } => {
+            let states = state_gather(cfg, m, st);
+            let f = forward(q, params, &states);
+            let rows: Vec<f32> = branch_rows(q, &f.q, st.len(), 1)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect();
+            action_select(cfg.seed, branches, 0.0, &rows, st)
+        }
+        Policy::Random => action_select(
+            cfg.seed,
+            branches,
+            1.0,
+            &vec![0.0; st.len() * branches.iter().sum::<usize>()],
+            st,
+        ),
+        Policy::Planted { feature, dead_band } => planted_actions(m, st, feature, dead_band),
+    }
+}
+
 /// Mean and standard error of `xs` (0, 0 when empty).
 fn mean_se(xs: &[f64]) -> (f64, f64) {
     let k = xs.len();
@@ -127,25 +158,7 @@ pub fn evaluate(
     let pv = f64::from(cfg.point_value);
     let mid = |b: usize| (f64::from(m.bid[b]) + f64::from(m.ask[b])) / 2.0;
     for _ in 0..steps {
-        let actions = match policy {
-            Policy::Greedy { cfg: q, params } => {
-                let states = state_gather(cfg, m, &st);
-                let f = forward(q, params, &states);
-                let rows: Vec<f32> = branch_rows(q, &f.q, st.len(), 1)
-                    .into_iter()
-                    .map(|v| v as f32)
-                    .collect();
-                action_select(cfg.seed, branches, 0.0, &rows, &st)
-            }
-            Policy::Random => action_select(
-                cfg.seed,
-                branches,
-                1.0,
-                &vec![0.0; st.len() * branches.iter().sum::<usize>()],
-                &st,
-            ),
-            Policy::Planted { feature, dead_band } => planted_actions(m, &st, feature, dead_band),
-        };
+        let actions = policy_actions(cfg, branches, m, &st, policy);
         let before = st.position.clone();
         let f = fill_step(cfg, m, &mut st, &actions);
         for n in 0..cfg.envs {
@@ -332,21 +345,26 @@ impl PlantedTask {
             ..self.cfg.env.clone()
         };
         let branches = &self.cfg.qnet.branches;
-        let ofi = crate::features::FEATURE_NAMES
-            .iter()
-            .position(|&n| n == "ofi")
-            .unwrap_or(0);
         let run = |p: Policy| evaluate(&cfg, branches, &em, test, p, JUDGE_STEPS);
         Verdict {
             greedy: run(Policy::Greedy {
                 cfg: &self.cfg.qnet,
                 params: online,
             }),
-            planted: run(Policy::Planted {
-                feature: ofi,
-                dead_band: 0.0,
-            }),
+            planted: run(Self::planted_rule()),
             random: run(Policy::Random),
+        }
+    }
+
+    /// The task's planted rule: one contract in the direction of the `ofi` feature's sign.
+    pub fn planted_rule() -> Policy<'static> {
+        let ofi = crate::features::FEATURE_NAMES
+            .iter()
+            .position(|&n| n == "ofi")
+            .unwrap_or(0);
+        Policy::Planted {
+            feature: ofi,
+            dead_band: 0.0,
         }
     }
 }

@@ -104,6 +104,9 @@ pub struct Market {
     pub first_bar: usize,
     /// [first_bar, train_end) is the training split, [train_end, bars) the test split.
     pub train_end: usize,
+    /// Each bar's time, epoch milliseconds (the bars' own, [`Bars::time_ms`]): the dates a
+    /// report names and the bars per day its annualisation counts.
+    pub time_ms: Vec<i64>,
 }
 
 /// The raw (unnormalised) features of bar t; see [`FEATURE_NAMES`].
@@ -224,5 +227,6 @@ pub fn build(bars: &Bars, cfg: &FeatureConfig) -> Result<Market, MarketError> {
         next_spread: next(&spread),
         first_bar: WARMUP,
         train_end,
+        time_ms: bars.time_ms.clone(),
     })
 }

@@ -6,11 +6,13 @@
 //! crate: it is the independent side of every comparison.
 
 pub mod action;
+pub mod backtest;
 pub mod compare;
 pub mod config;
 pub mod env;
 pub mod evaluate;
 pub mod features;
+pub mod figures;
 pub mod gemm;
 pub mod kat;
 pub mod market;
@@ -26,11 +28,13 @@ pub mod train_config;
 pub mod trainer;
 pub mod transition;
 
+pub use backtest::{backtest_report, BacktestError, EvalReport};
 pub use compare::{
     compare_bitwise, compare_exact, compare_f32, compare_f64, compare_rel_norm, Comparison,
 };
 pub use config::ConfigError;
 pub use features::{FeatureConfig, Market};
+pub use figures::Figures;
 pub use market::{Bars, MarketError, SyntheticConfig};
 pub use replay::ReplayConfig;
 pub use tolerance::Tolerance;
