@@ -44,6 +44,12 @@ enum Command {
         #[arg(long)]
         metrics_every: Option<u32>,
     },
+    /// Draw a run folder's figures: training curves (metrics.jsonl) and, where the run was
+    /// evaluated, equity curves (eval.json), as SVG and PNG in DIR/report/.
+    Report {
+        /// A run folder of `tallyho train` (its --out).
+        dir: PathBuf,
+    },
     /// Run the GPU-vs-oracle parity matrix and print a table; exits non-zero on any failure.
     Verify {
         /// Random cases per replay kernel.
@@ -246,6 +252,11 @@ fn run(cli: Cli) -> Result<()> {
             println!("metrics: {}", s.metrics_path.display());
         }
         Command::Market { data } => market_summary(data.as_deref())?,
+        Command::Report { dir } => {
+            for path in tallyho::report::report(&dir)?.paths() {
+                println!("wrote {}", path.display());
+            }
+        }
         Command::Verify {
             cases,
             seed,
