@@ -95,8 +95,11 @@ struct Window {
     mean_q: Option<f64>,
 }
 
+/// What a window gives one training panel (None: not drawn).
+type Value = fn(&Window) -> Option<f64>;
+
 /// The training panels: title and the value each window gives it.
-const TRAINING: [(&str, fn(&Window) -> Option<f64>); 6] = [
+const TRAINING: [(&str, Value); 6] = [
     ("loss", |w| w.loss),
     ("reward", |w| w.reward),
     ("epsilon", |w| w.epsilon),
