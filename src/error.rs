@@ -92,6 +92,8 @@ pub enum ReportError {
     EmptyMetrics { path: PathBuf },
     #[error("{}: {why}", path.display())]
     Eval { path: PathBuf, why: String },
+    #[error("the embedded DejaVu Sans font is not one plotters can read")]
+    Font,
     #[error("drawing {}: {why}", path.display())]
     Draw { path: PathBuf, why: String },
     #[error("writing {}: {err}", path.display())]

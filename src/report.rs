@@ -227,28 +227,22 @@ fn equity_panel(path: &Path) -> Result<Panel, ReportError> {
 /// The embedded font under the family name the panels ask for.
 fn register_font() -> Result<(), ReportError> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-        .map_err(|_| ReportError::Draw {
-            path: PathBuf::from("the embedded DejaVu Sans font"),
-            why: "not a font plotters can read".into(),
-        })
+        .map_err(|_| ReportError::Font)
 }
 
 /// `stem.svg` and `stem.png` of `figure`.
 fn write_figure(stem: &Path, figure: &Figure) -> Result<FigureFiles, ReportError> {
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
-    let draw_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |e: Box<dyn std::error::Error>| ReportError::Draw {
-            path,
-            why: e.to_string(),
-        }
+    let draw_err = |path: &Path, why: String| ReportError::Draw {
+        path: path.to_path_buf(),
+        why,
     };
     {
         let root = SVGBackend::new(&svg, figure.size).into_drawing_area();
         draw_figure(&root, figure)
             .and_then(|()| root.present())
-            .map_err(|e| draw_err(&svg)(e.into()))?;
+            .map_err(|e| draw_err(&svg, e.to_string()))?;
     }
     let (w, h) = figure.size;
     let mut pixels = vec![0u8; w as usize * h as usize * 3];
@@ -256,7 +250,7 @@ fn write_figure(stem: &Path, figure: &Figure) -> Result<FigureFiles, ReportError
         let root = BitMapBackend::with_buffer(&mut pixels, figure.size).into_drawing_area();
         draw_figure(&root, figure)
             .and_then(|()| root.present())
-            .map_err(|e| draw_err(&png)(e.into()))?;
+            .map_err(|e| draw_err(&png, e.to_string()))?;
     }
     write_png(&png, &pixels, figure.size)?;
     Ok(FigureFiles { svg, png })

@@ -111,6 +111,10 @@ fn train_on_the_cpu_backend_writes_finite_metrics_and_its_config() {
     let cfg: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
     assert_eq!(cfg["env"]["envs"], 16);
+    // The run's figures draw from what it wrote.
+    let (ok, stdout, stderr) = tallyho(&["report", dir.to_str().unwrap()]);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(dir.join("report/training.png").exists(), "{stdout}");
     // A second run into the same folder is refused: nothing written is lost.
     let (ok, _, stderr) = tallyho(&[
         "train",
