@@ -2,6 +2,7 @@
 //! cause, the value and the fix.
 
 use cudarc::driver::DriverError;
+use std::path::PathBuf;
 use tallyho_oracle::market::MarketError;
 use tallyho_oracle::ConfigError;
 
@@ -71,4 +72,39 @@ pub enum Error {
     Fixture(String),
     #[error("{what}: {err}")]
     Io { what: String, err: std::io::Error },
+    /// `tallyho report` could not read a run folder or draw its figures.
+    #[error(transparent)]
+    Report(#[from] ReportError),
+}
+
+/// Why `tallyho report` (crate::report) could not read a run or draw its figures.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(
+        "{} not found: point `tallyho report` at a run folder of `tallyho train` (the --out \
+         folder, which holds metrics.jsonl)",
+        path.display()
+    )]
+    NoMetrics { path: PathBuf },
+    #[error("reading {}: {err}", path.display())]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("{} line {line} is not a metrics window: {err}", path.display())]
+    Malformed {
+        path: PathBuf,
+        line: usize,
+        err: serde_json::Error,
+    },
+    #[error(
+        "{} is empty: the run wrote no metrics window (train for at least --metrics-every steps)",
+        path.display()
+    )]
+    EmptyMetrics { path: PathBuf },
+    #[error("{}: {why}", path.display())]
+    Eval { path: PathBuf, why: String },
+    #[error("the embedded DejaVu Sans font is not one plotters can read")]
+    Font,
+    #[error("drawing {}: {why}", path.display())]
+    Draw { path: PathBuf, why: String },
+    #[error("writing {}: {err}", path.display())]
+    Write { path: PathBuf, err: std::io::Error },
 }

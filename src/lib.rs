@@ -13,6 +13,7 @@ pub mod optimizer;
 pub mod philox;
 pub mod qnet;
 pub mod replay;
+pub mod report;
 pub mod reward;
 pub mod runtime;
 pub mod schedule;

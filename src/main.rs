@@ -23,6 +23,12 @@ enum Command {
     /// the CPU oracle, a smaller run of about a minute); metrics to DIR/metrics.jsonl,
     /// checkpoints to DIR/checkpoints, the resolved config to DIR/config.toml.
     Train(TrainArgs),
+    /// Draw a run folder's figures: training curves (metrics.jsonl) and, where the run was
+    /// evaluated, equity curves (eval.json), as SVG and PNG in DIR/report/.
+    Report {
+        /// A run folder of `tallyho train` (its --out).
+        dir: PathBuf,
+    },
     /// Run the GPU-vs-oracle parity matrix and print a table; exits non-zero on any failure.
     Verify {
         /// Random cases per replay kernel.
@@ -312,6 +318,11 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(args) => train(args)?,
         Command::Market { data } => market_summary(data.as_deref())?,
+        Command::Report { dir } => {
+            for path in tallyho::report::report(&dir)?.paths() {
+                println!("wrote {}", path.display());
+            }
+        }
         Command::Verify {
             cases,
             seed,

@@ -100,6 +100,10 @@ fn train_on_the_cpu_backend_writes_finite_metrics_and_its_config() {
     assert_eq!(cfg["run"]["steps"].as_integer(), Some(250));
     let checkpoints = std::fs::read_dir(dir.join("checkpoints")).unwrap().count();
     assert_eq!(checkpoints, 1, "the run's end writes a checkpoint");
+    // The run's figures draw from what it wrote.
+    let (ok, stdout, stderr) = tallyho(&["report", dir.to_str().unwrap()]);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(dir.join("report/training.png").exists(), "{stdout}");
     // A second run into the same folder is refused: nothing written is lost.
     let (ok, _, stderr) = tallyho(&[
         "train",
@@ -254,5 +258,32 @@ mod gpu {
             stdout.contains("kernel outputs within tolerance"),
             "{stdout}"
         );
+    }
+}
+
+#[test]
+fn report_command_prints_the_figures_it_wrote_and_refuses_a_folder_without_metrics() {
+    let dir = run_dir("report");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ok, _, stderr) = tallyho(&["report", dir.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("a run folder of `tallyho train`"),
+        "{stderr}"
+    );
+    std::fs::write(
+        dir.join("metrics.jsonl"),
+        r#"{"step":10,"loss":null,"reward":0.5,"epsilon":1.0,"grad_norm":null,"mean_q":0.0,"transitions_per_s":100.0}"#,
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = tallyho(&["report", dir.to_str().unwrap()]);
+    assert!(ok, "{stdout}\n{stderr}");
+    for f in ["training.svg", "training.png"] {
+        let path = dir.join("report").join(f);
+        assert!(
+            stdout.contains(&format!("wrote {}", path.display())),
+            "{stdout}"
+        );
+        assert!(path.exists());
     }
 }

@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["qnet"],
     &["experience"],
     &["trainer"],
-    &["harness", "train"],
+    &["harness", "train", "report"],
 ];
 
 /// The position of `module` in the layer list: (layer, place in it).
