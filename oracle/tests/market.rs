@@ -150,7 +150,7 @@ fn lean_quotes_carry_sides_forward_and_skip_crossed_snapshots_and_unquoted_bars(
         "0,99.75,99.75,99.75,99.75,10,,,,,0", // bid only: the bar at 0 has no quote
         "60000,,,,,0,100.25,100.25,100.25,100.25,20", // ask only, bid carried: 99.75 x 100.25
         "120000,101,101,101,101,5,100.75,100.75,100.75,100.75,6", // crossed: skipped
-        "150000,100.25,100.25,100.25,100.25,7,,,,,0", // ask carried from the crossed row
+        "180000,100.25,100.25,100.25,100.25,7,,,,,0", // ask carried from the crossed row
     ];
     write_zip(
         &dir.join("20200102_quote.zip"),
