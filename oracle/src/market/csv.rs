@@ -136,7 +136,16 @@ fn duplicate(names: &[String]) -> Option<&str> {
 
 /// Every column the loader reads, in the order [`write_csv`] writes them.
 const COLUMNS: [&str; 10] = [
-    "timestamp", "open", "high", "low", "close", "volume", "bid", "ask", "bid_size", "ask_size",
+    "timestamp",
+    "open",
+    "high",
+    "low",
+    "close",
+    "volume",
+    "bid",
+    "ask",
+    "bid_size",
+    "ask_size",
 ];
 
 /// Writes bars as CSV with all ten columns, time in epoch ms and prices in Rust's shortest

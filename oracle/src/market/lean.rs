@@ -334,7 +334,10 @@ impl TradeCsv {
 
 /// (symbol, contract) of `YYYYMMDD_<symbol>_minute_trade[_<contract>].csv` for the given date.
 fn parse_trade_name(name: &str, date: &str) -> Option<(String, Option<String>)> {
-    let rest = name.strip_suffix(".csv")?.strip_prefix(date)?.strip_prefix('_')?;
+    let rest = name
+        .strip_suffix(".csv")?
+        .strip_prefix(date)?
+        .strip_prefix('_')?;
     let (symbol, tail) = rest.split_once("_minute_trade")?;
     let contract = match tail {
         "" => None,
@@ -582,13 +585,7 @@ fn lean_time(file: &str, line: usize, day: i64, field: &str) -> Result<i64, Mark
 
 /// A trade row `ms,open,high,low,close,volume`, prices divided by `scale`; the quote is
 /// filled in later.
-fn trade_row(
-    file: &str,
-    line: usize,
-    day: i64,
-    row: &str,
-    scale: f64,
-) -> Result<Row, MarketError> {
+fn trade_row(file: &str, line: usize, day: i64, row: &str, scale: f64) -> Result<Row, MarketError> {
     let f = fields(file, line, row, 6)?;
     let num = |i: usize, column| number(file, line, column, f[i]);
     Ok(Row {
@@ -626,13 +623,11 @@ fn quote_text(day: i64, trade_zip: &Path, csv: &TradeCsv) -> Result<(String, Str
     Ok((qfile, text))
 }
 
+/// A quote snapshot: (time, (bid, bid_size), (ask, ask_size)).
+type Snapshot = (i64, (f64, f64), (f64, f64));
+
 /// Quote snapshots (time, bid, ask) after carrying each side forward, uncrossed only.
-fn snapshots(
-    qfile: &str,
-    qtext: &str,
-    day: i64,
-    scale: f64,
-) -> Result<Vec<(i64, (f64, f64), (f64, f64))>, MarketError> {
+fn snapshots(qfile: &str, qtext: &str, day: i64, scale: f64) -> Result<Vec<Snapshot>, MarketError> {
     let (mut bid, mut ask): (Side, Side) = (None, None);
     let mut out = Vec::new();
     let mut prev = None;

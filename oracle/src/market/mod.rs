@@ -6,8 +6,10 @@
 //! S&P 500 (ES) minute data in the LEAN format, taken from the QuantConnect/Lean repository
 //! (Apache-2.0) and originally provided by AlgoSeek. Keep this credit wherever it is shown.
 //!
-//! The loaders: [`load`] dispatches a path to [`load_lean`] (lean.rs) or [`load_csv`]
-//! (csv.rs); [`synthetic`] (synthetic.rs) generates bars; time.rs holds the civil-date
+//! The loaders: [`load`] dispatches a path to [`load_lean`] (lean.rs: LEAN equity and
+//! futures minute zips, futures back-adjusted at rolls) or [`load_csv`] (csv.rs);
+//! [`load_detailed`] also returns a LEAN folder's day list and rolls. docs/DATA.md gives
+//! every layout field by field; [`synthetic`] (synthetic.rs) generates bars; time.rs holds the civil-date
 //! arithmetic they share. This file holds [`Bars`], its errors and the row checks every
 //! loader applies.
 
@@ -152,7 +154,9 @@ pub enum MarketError {
         header: String,
         fix: &'static str,
     },
-    #[error("{file}:{line}: the header `{header}` names `{column}` twice: keep one column of that name")]
+    #[error(
+        "{file}:{line}: the header `{header}` names `{column}` twice: keep one column of that name"
+    )]
     DuplicateColumn {
         file: String,
         line: usize,
