@@ -181,11 +181,11 @@ fn main() {
 fn market_summary(data: Option<&std::path::Path>) -> Result<()> {
     use tallyho_oracle::features::{self, FeatureConfig, FEATURE_NAMES};
     use tallyho_oracle::market::{self, EpochMs, SyntheticConfig};
-    let (source, bars) = match data {
-        Some(p) => (p.display().to_string(), market::load(p)?),
+    let (source, (bars, lean)) = match data {
+        Some(p) => (p.display().to_string(), market::load_detailed(p)?),
         None => (
             "the embedded synthetic market (seeded, SyntheticConfig::default)".to_string(),
-            market::synthetic(&SyntheticConfig::default())?,
+            (market::synthetic(&SyntheticConfig::default())?, None),
         ),
     };
     let m = features::build(&bars, &FeatureConfig::default())?;
@@ -197,6 +197,9 @@ fn market_summary(data: Option<&std::path::Path>) -> Result<()> {
         EpochMs(first),
         EpochMs(last)
     );
+    for line in lean.iter().flat_map(market::LeanLog::lines) {
+        println!("{line}");
+    }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let spread: Vec<f64> = bars.ask.iter().zip(&bars.bid).map(|(a, b)| a - b).collect();
     println!(

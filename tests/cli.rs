@@ -152,6 +152,24 @@ fn train_on_the_es_bars_writes_finite_metrics() {
 }
 
 #[test]
+fn market_on_the_es_week_lists_each_days_contract_and_no_roll() {
+    let data = tallyho_oracle::shared_data::dir()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .join("lean-es-minute-2013-10");
+    let (ok, stdout, stderr) = tallyho(&["market", "--data", data.to_str().unwrap()]);
+    assert!(ok, "{stdout}\n{stderr}");
+    for line in [
+        "bars: 6708 from 1381104000000 (2013-10-07 00:00:00)",
+        "LEAN future minute data, 5 days:",
+        "  2013-10-07  es 201312  1344 bars  shift +0",
+        "  2013-10-11  es 201312  1253 bars  shift +0",
+        "rolls: none (prices as in the files)",
+    ] {
+        assert!(stdout.contains(line), "`{line}` missing from:\n{stdout}");
+    }
+}
+
+#[test]
 fn train_with_bad_arguments_is_refused_with_the_fix() {
     let dir = run_dir("bad");
     let (ok, _, stderr) = tallyho(&[

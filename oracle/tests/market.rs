@@ -150,7 +150,7 @@ fn lean_quotes_carry_sides_forward_and_skip_crossed_snapshots_and_unquoted_bars(
         "0,99.75,99.75,99.75,99.75,10,,,,,0", // bid only: the bar at 0 has no quote
         "60000,,,,,0,100.25,100.25,100.25,100.25,20", // ask only, bid carried: 99.75 x 100.25
         "120000,101,101,101,101,5,100.75,100.75,100.75,100.75,6", // crossed: skipped
-        "150000,100.25,100.25,100.25,100.25,7,,,,,0", // ask carried from the crossed row
+        "180000,100.25,100.25,100.25,100.25,7,,,,,0", // ask carried from the crossed row
     ];
     write_zip(
         &dir.join("20200102_quote.zip"),
@@ -748,4 +748,371 @@ fn synthetic_configs_out_of_range_are_refused_with_the_fix() {
         ..SyntheticConfig::default()
     })
     .is_err());
+}
+
+/// A LEAN quote row with both sides: bid and ask prices as given, sizes 10 and 20.
+fn quote_row(ms: i64, bid: &str, ask: &str) -> String {
+    format!("{ms},{bid},{bid},{bid},{bid},10,{ask},{ask},{ask},{ask},20")
+}
+
+/// Writes `DATE_trade.zip` and `DATE_quote.zip` with the given (entry, text) lists.
+fn write_lean_day(dir: &Path, date: &str, trades: &[(&str, &str)], quotes: &[(&str, &str)]) {
+    write_zip(&dir.join(format!("{date}_trade.zip")), trades);
+    write_zip(&dir.join(format!("{date}_quote.zip")), quotes);
+}
+
+const DAY_2020_01_02: i64 = 18_263;
+const DAY_2020_01_02_MS: i64 = DAY_2020_01_02 * market::MS_PER_DAY;
+
+#[test]
+fn lean_equity_prices_in_deci_cents_load_as_dollars_with_unscaled_sizes() {
+    let dir = scratch("lean-equity");
+    let trades = "34200000,1676500,1677000,1676000,1676800,1200\n34260000,1676800,1676800,1675100,1675300,900\n";
+    let quotes = [
+        quote_row(34200000, "1676700", "1676900"),
+        quote_row(34260000, "1675200", "1675400"),
+    ];
+    write_lean_day(
+        &dir,
+        "20131007",
+        &[("20131007_spy_minute_trade.csv", trades)],
+        &[("20131007_spy_minute_quote.csv", &quotes.join("\n"))],
+    );
+    let (bars, log) = market::read_lean(&dir).unwrap();
+    let t0 = DAY_2013_10_07_MS + 34_200_000; // 09:30
+    assert_eq!(bars.time_ms, [t0, t0 + 60_000]);
+    assert_eq!(bars.open, [167.65, 167.68]);
+    assert_eq!(bars.high, [167.7, 167.68]);
+    assert_eq!(bars.low, [167.6, 167.51]);
+    assert_eq!(bars.close, [167.68, 167.53]);
+    assert_eq!(bars.volume, [1200.0, 900.0]);
+    assert_eq!(bars.bid, [167.67, 167.52]);
+    assert_eq!(bars.ask, [167.69, 167.54]);
+    assert_eq!((bars.bid_size[0], bars.ask_size[0]), (10.0, 20.0));
+    assert_eq!(log.asset, market::LeanAsset::Equity);
+    assert_eq!(log.rolls, []);
+    assert_eq!(
+        (
+            log.days[0].symbol.as_str(),
+            log.days[0].contract.clone(),
+            log.days[0].bars
+        ),
+        ("spy", None, 2)
+    );
+    assert_eq!(market::load(&dir).unwrap(), bars);
+}
+
+#[test]
+fn an_equity_trade_zip_without_its_quote_zip_names_the_quote_file_expected() {
+    let dir = scratch("lean-equity-no-quote");
+    write_zip(
+        &dir.join("20131007_trade.zip"),
+        &[(
+            "20131007_spy_minute_trade.csv",
+            "34200000,1676500,1677000,1676000,1676800,1200\n",
+        )],
+    );
+    let err = market::load(&dir).unwrap_err();
+    assert!(matches!(err, MarketError::MissingQuote { .. }), "{err:?}");
+    assert_mentions(
+        &err.to_string(),
+        &[
+            "20131007_trade.zip/20131007_spy_minute_trade.csv",
+            "20131007_quote.zip/20131007_spy_minute_quote.csv",
+            "add the quote data of that day",
+        ],
+    );
+}
+
+#[test]
+fn a_lean_row_off_the_minute_is_refused_with_the_fix() {
+    let dir = scratch("lean-off-minute");
+    write_lean_day(
+        &dir,
+        "20131007",
+        &[(
+            "20131007_spy_minute_trade.csv",
+            "34200000,1676500,1677000,1676000,1676800,1200\n34230000,1676500,1677000,1676000,1676800,1\n",
+        )],
+        &[(
+            "20131007_spy_minute_quote.csv",
+            &quote_row(34200000, "1676700", "1676900"),
+        )],
+    );
+    let err = market::load(&dir).unwrap_err();
+    assert!(
+        matches!(err, MarketError::BadNumber { column: "ms", .. }),
+        "{err:?}"
+    );
+    assert_mentions(
+        &err.to_string(),
+        &[
+            "20131007_spy_minute_trade.csv:2: ",
+            "ms `34230000`",
+            "multiple of 60000",
+        ],
+    );
+}
+
+#[test]
+fn lean_entries_not_named_as_lean_files_or_mixing_layouts_are_refused() {
+    let dir = scratch("lean-bad-entry");
+    write_lean_day(
+        &dir,
+        "20131007",
+        &[("spy_trades.csv", "34200000,1,1,1,1,1\n")],
+        &[],
+    );
+    let err = market::load(&dir).unwrap_err();
+    assert!(matches!(err, MarketError::BadEntryName { .. }), "{err:?}");
+    assert_mentions(
+        &err.to_string(),
+        &[
+            "`spy_trades.csv`",
+            "20131007_SYMBOL_minute_trade.csv (equity)",
+        ],
+    );
+
+    let dir = scratch("lean-mixed");
+    let row = "34200000,1676500,1677000,1676000,1676800,1200\n";
+    write_lean_day(
+        &dir,
+        "20131007",
+        &[("20131007_spy_minute_trade.csv", row)],
+        &[(
+            "20131007_spy_minute_quote.csv",
+            &quote_row(34200000, "1676700", "1676900"),
+        )],
+    );
+    write_lean_day(
+        &dir,
+        "20131008",
+        &[("20131008_es_minute_trade_201312.csv", "0,1,1,1,1,1\n")],
+        &[],
+    );
+    let err = market::load(&dir).unwrap_err();
+    assert!(matches!(err, MarketError::MixedLean { .. }), "{err:?}");
+    assert_mentions(
+        &err.to_string(),
+        &["20131008_trade.zip (future es)", "(equity spy)"],
+    );
+}
+
+/// Day 1 (2020-01-02): front 202003 closes 100, 100.5, 101 (last bar at 00:02); 202006 last
+/// trades at 105 by 00:02 (and at 999 after, which must not count). Day 2: front 202006.
+/// Day 3: 202003 has more rows again, but the front never rolls back.
+fn write_roll_days(dir: &Path) {
+    let old = "0,100,100,100,100,5\n60000,100,100.5,100,100.5,6\n120000,100.5,101,100.5,101,7\n";
+    let new_day1 = "60000,105,105,105,105,1\n180000,999,999,999,999,1\n";
+    write_lean_day(
+        dir,
+        "20200102",
+        &[
+            ("20200102_es_minute_trade_202003.csv", old),
+            ("20200102_es_minute_trade_202006.csv", new_day1),
+        ],
+        &[(
+            "20200102_es_minute_quote_202003.csv",
+            &quote_row(0, "99.75", "100.25"),
+        )],
+    );
+    let new = "0,105,105.25,105,105.25,8\n60000,105.25,105.5,105.25,105.5,9\n120000,105.5,105.5,105,105,4\n";
+    write_lean_day(
+        dir,
+        "20200103",
+        &[
+            (
+                "20200103_es_minute_trade_202003.csv",
+                "0,101,101,101,101,1\n",
+            ),
+            ("20200103_es_minute_trade_202006.csv", new),
+        ],
+        &[(
+            "20200103_es_minute_quote_202006.csv",
+            &quote_row(0, "105", "105.25"),
+        )],
+    );
+    write_lean_day(
+        dir,
+        "20200106",
+        &[
+            ("20200106_es_minute_trade_202003.csv", old),
+            (
+                "20200106_es_minute_trade_202006.csv",
+                "0,106,106,106,106,1\n",
+            ),
+        ],
+        &[(
+            "20200106_es_minute_quote_202006.csv",
+            &quote_row(0, "105.75", "106.25"),
+        )],
+    );
+}
+
+#[test]
+fn a_futures_roll_is_back_adjusted_so_prices_are_continuous_and_each_day_lists_its_contract() {
+    let dir = scratch("lean-roll");
+    write_roll_days(&dir);
+    let (bars, log) = market::read_lean(&dir).unwrap();
+    bars.validate("roll").unwrap();
+    // Day 1 shifted by the gap 105 - 101 = +4; days 2 and 3 as in the files.
+    assert_eq!(
+        bars.close,
+        [104.0, 104.5, 105.0, 105.25, 105.5, 105.0, 106.0]
+    );
+    assert_eq!(bars.low[..3], [104.0, 104.0, 104.5]);
+    assert_eq!(
+        bars.bid,
+        [103.75, 103.75, 103.75, 105.0, 105.0, 105.0, 105.75]
+    );
+    assert_eq!(
+        bars.ask,
+        [104.25, 104.25, 104.25, 105.25, 105.25, 105.25, 106.25]
+    );
+    assert_eq!(bars.volume, [5.0, 6.0, 7.0, 8.0, 9.0, 4.0, 1.0]);
+    // Across the roll a held position sees 202006's own move (105 -> 105.25), not the
+    // 4.25 jump between the contracts' prices in the files.
+    assert_eq!(bars.close[3] - bars.close[2], 0.25);
+    let days: Vec<(String, Option<String>, usize, f64)> = log
+        .days
+        .iter()
+        .map(|d| (d.date(), d.contract.clone(), d.bars, d.shift))
+        .collect();
+    let contract = |c: &str| Some(c.to_string());
+    assert_eq!(
+        days,
+        [
+            ("2020-01-02".into(), contract("202003"), 3, 4.0),
+            ("2020-01-03".into(), contract("202006"), 3, 0.0),
+            ("2020-01-06".into(), contract("202006"), 1, 0.0),
+        ]
+    );
+    assert_eq!(
+        log.rolls,
+        [market::LeanRoll {
+            day: DAY_2020_01_02 + 1,
+            from: "202003".into(),
+            to: "202006".into(),
+            at_ms: DAY_2020_01_02_MS + 120_000,
+            from_close: 101.0,
+            to_close: 105.0,
+        }]
+    );
+    let lines = log.lines();
+    assert_mentions(
+        &lines.join("\n"),
+        &[
+            "2020-01-02  es 202003  3 bars  shift +4",
+            "2020-01-03  es 202006  3 bars  shift +0",
+            "2020-01-03  202003 -> 202006  gap +4 = 202006 105 - 202003 101 at",
+        ],
+    );
+    assert_eq!(market::load(&dir).unwrap(), bars);
+}
+
+#[test]
+fn a_roll_without_the_new_contracts_price_on_the_old_contracts_last_day_is_refused() {
+    let dir = scratch("lean-roll-gap");
+    write_roll_days(&dir);
+    // Day 1 without 202006: the gap cannot be measured.
+    write_zip(
+        &dir.join("20200102_trade.zip"),
+        &[(
+            "20200102_es_minute_trade_202003.csv",
+            "0,100,100,100,100,5\n",
+        )],
+    );
+    let err = market::load(&dir).unwrap_err();
+    assert!(matches!(err, MarketError::RollGap { .. }), "{err:?}");
+    assert_mentions(
+        &err.to_string(),
+        &[
+            "20200102_trade.zip: cannot measure the roll from 202003 to 202006",
+            "no 202006 trade at or before 1577923200000 (2020-01-02 00:00:00)",
+        ],
+    );
+}
+
+#[test]
+fn a_back_adjustment_that_makes_a_price_non_positive_is_refused() {
+    let dir = scratch("lean-roll-negative");
+    write_roll_days(&dir);
+    // 202006 at 0.5 on day 1: the gap 0.5 - 101 takes day 1's prices below zero.
+    write_zip(
+        &dir.join("20200102_trade.zip"),
+        &[
+            (
+                "20200102_es_minute_trade_202003.csv",
+                "0,100,100,100,100,5\n60000,100,100.5,100,100.5,6\n120000,100.5,101,100.5,101,7\n",
+            ),
+            (
+                "20200102_es_minute_trade_202006.csv",
+                "0,0.5,0.5,0.5,0.5,1\n",
+            ),
+        ],
+    );
+    let err = market::load(&dir).unwrap_err();
+    assert!(
+        matches!(err, MarketError::AdjustedPrice { shift, .. } if shift == -100.5),
+        "{err:?}"
+    );
+    assert_mentions(
+        &err.to_string(),
+        &["2020-01-02 (202003) by -100.5", "-0.75"],
+    );
+}
+
+#[test]
+fn a_futures_day_with_only_contracts_before_the_front_is_refused() {
+    let dir = scratch("lean-roll-back");
+    write_roll_days(&dir);
+    write_lean_day(
+        &dir,
+        "20200107",
+        &[(
+            "20200107_es_minute_trade_202003.csv",
+            "0,101,101,101,101,1\n",
+        )],
+        &[],
+    );
+    let err = market::load(&dir).unwrap_err();
+    assert!(
+        matches!(err, MarketError::NoFrontContract { .. }),
+        "{err:?}"
+    );
+    assert_mentions(
+        &err.to_string(),
+        &["20200107_trade.zip has no trade CSV of contract 202006"],
+    );
+}
+
+#[test]
+fn a_csv_header_naming_a_column_twice_is_refused() {
+    let path = scratch("duplicate-column").join("bars.csv");
+    std::fs::write(
+        &path,
+        "timestamp,open,high,low,close,volume,Close\n1381104000,1,1,1,1,1,2\n",
+    )
+    .unwrap();
+    let err = market::load_csv(&path).unwrap_err();
+    assert!(
+        matches!(err, MarketError::DuplicateColumn { .. }),
+        "{err:?}"
+    );
+    assert_mentions(
+        &err.to_string(),
+        &[&format!("{}:1: ", path.display()), "names `close` twice"],
+    );
+}
+
+#[test]
+fn the_es_week_has_one_contract_and_no_roll() {
+    let (_, log) = market::read_lean(&lean_dir()).unwrap();
+    assert_eq!(log.asset, market::LeanAsset::Future);
+    assert_eq!(log.rolls, []);
+    assert_eq!(log.days.len(), 5);
+    assert!(log
+        .days
+        .iter()
+        .all(|d| d.contract.as_deref() == Some("201312") && d.shift == 0.0 && d.symbol == "es"));
 }

@@ -14,7 +14,9 @@ use super::{fields, lines, number, read, Bars, Builder, MarketError, Row, CSV_TI
 /// `bid,ask,bid_size,ask_size`. Without them the quote is close -/+ [`CSV_TICK`](super::CSV_TICK) / 2 with
 /// sizes 1. A timestamp is an integer, epoch seconds below [`EPOCH_SECONDS_BELOW`](super::EPOCH_SECONDS_BELOW) and epoch
 /// milliseconds otherwise, or `YYYY-MM-DD HH:MM[:SS]` or `YYYY-MM-DDTHH:MM:SS[Z]` (read as
-/// UTC-naive). Blank lines are skipped.
+/// UTC-naive). Blank lines are skipped. Other columns are ignored; a column the loader reads
+/// may appear only once. Fields are split at every comma, without quoting. docs/DATA.md
+/// gives the schema with units.
 pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
     let file = path.display().to_string();
     let text = read(path)?;
@@ -39,6 +41,14 @@ pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
         header: header.into(),
         fix,
     };
+    if let Some(column) = duplicate(&names) {
+        return Err(MarketError::DuplicateColumn {
+            file,
+            line: header_line,
+            column: column.into(),
+            header: header.into(),
+        });
+    }
     let mut required = [0; 6];
     for (slot, column) in
         required
@@ -117,10 +127,31 @@ pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
     Ok(b.bars)
 }
 
+/// The first column the loader reads that the header names twice.
+fn duplicate(names: &[String]) -> Option<&str> {
+    COLUMNS
+        .into_iter()
+        .find(|c| names.iter().filter(|n| n == c).count() > 1)
+}
+
+/// Every column the loader reads, in the order [`write_csv`] writes them.
+const COLUMNS: [&str; 10] = [
+    "timestamp",
+    "open",
+    "high",
+    "low",
+    "close",
+    "volume",
+    "bid",
+    "ask",
+    "bid_size",
+    "ask_size",
+];
+
 /// Writes bars as CSV with all ten columns, time in epoch ms and prices in Rust's shortest
 /// round-trip form, so that [`load_csv`] reads back equal bars (for times >= 1e11 ms).
 pub fn write_csv(bars: &Bars, path: &Path) -> Result<(), MarketError> {
-    let mut out = String::from("timestamp,open,high,low,close,volume,bid,ask,bid_size,ask_size\n");
+    let mut out = COLUMNS.join(",") + "\n";
     for i in 0..bars.len() {
         let r = bars.row(i);
         out += &format!(

@@ -6,8 +6,10 @@
 //! S&P 500 (ES) minute data in the LEAN format, taken from the QuantConnect/Lean repository
 //! (Apache-2.0) and originally provided by AlgoSeek. Keep this credit wherever it is shown.
 //!
-//! The loaders: [`load`] dispatches a path to [`load_lean`] (lean.rs) or [`load_csv`]
-//! (csv.rs); [`synthetic`] (synthetic.rs) generates bars; time.rs holds the civil-date
+//! The loaders: [`load`] dispatches a path to [`load_lean`] (lean.rs: LEAN equity and
+//! futures minute zips, futures back-adjusted at rolls) or [`load_csv`] (csv.rs);
+//! [`load_detailed`] also returns a LEAN folder's day list and rolls. docs/DATA.md gives
+//! every layout field by field; [`synthetic`] (synthetic.rs) generates bars; time.rs holds the civil-date
 //! arithmetic they share. This file holds [`Bars`], its errors and the row checks every
 //! loader applies.
 
@@ -21,7 +23,7 @@ use std::fs;
 use std::path::Path;
 
 pub use csv::{load_csv, write_csv};
-pub use lean::load_lean;
+pub use lean::{load_lean, read_lean, LeanAsset, LeanDay, LeanLog, LeanRoll, EQUITY_PRICE_SCALE};
 pub use synthetic::{synthetic, SyntheticConfig};
 use time::civil_from_days;
 
@@ -113,6 +115,37 @@ pub enum MarketError {
         "trade file {trade} has no quote file {expected}: add the quote data of that day or remove its trade file"
     )]
     MissingQuote { trade: String, expected: String },
+    #[error(
+        "{zip}: entry `{entry}` is not named {date}_SYMBOL_minute_trade.csv (equity) or {date}_SYMBOL_minute_trade_CONTRACT.csv (future): rename it or remove it from the zip"
+    )]
+    BadEntryName {
+        zip: String,
+        entry: String,
+        date: String,
+    },
+    #[error("{other} ({other_kind}) does not go with {first} ({first_kind}): load one symbol of one asset class per folder, with one CSV per equity trade zip or one CSV per contract in a futures trade zip")]
+    MixedLean {
+        first: String,
+        first_kind: String,
+        other: String,
+        other_kind: String,
+    },
+    #[error("{zip} has no trade CSV of contract {floor} (the front of the day before) or later: the front contract never rolls back; add the day's later contracts or remove the zip")]
+    NoFrontContract { zip: String, floor: String },
+    #[error("{zip}: cannot measure the roll from {from} to {to}: there is no {to} trade at or before {at}, the last {from} bar: add the {to} trade CSV of that day to the zip (LEAN daily zips hold every listed contract)")]
+    RollGap {
+        zip: String,
+        from: String,
+        to: String,
+        at: EpochMs,
+    },
+    #[error("back-adjusting {date} ({contract}) by {shift:+} for the later rolls makes a price {value}, not positive: load fewer days before the rolls")]
+    AdjustedPrice {
+        date: String,
+        contract: String,
+        shift: f64,
+        value: f64,
+    },
     #[error("{file}:{line}: the header `{header}` has no column `{column}`: {fix}")]
     MissingColumn {
         file: String,
@@ -120,6 +153,15 @@ pub enum MarketError {
         column: &'static str,
         header: String,
         fix: &'static str,
+    },
+    #[error(
+        "{file}:{line}: the header `{header}` names `{column}` twice: keep one column of that name"
+    )]
+    DuplicateColumn {
+        file: String,
+        line: usize,
+        column: String,
+        header: String,
     },
     #[error("{file}:{line}: expected {expected} fields, found {found} in `{row}`: fix or delete the row")]
     FieldCount {
@@ -473,17 +515,22 @@ fn read(path: &Path) -> Result<String, MarketError> {
 
 /// A folder of LEAN zips, or a .csv file.
 pub fn load(path: &Path) -> Result<Bars, MarketError> {
+    load_detailed(path).map(|(bars, _)| bars)
+}
+
+/// [`load`], with the day list and rolls of a LEAN folder ([`read_lean`]); `None` for a CSV file.
+pub fn load_detailed(path: &Path) -> Result<(Bars, Option<LeanLog>), MarketError> {
     let meta = fs::metadata(path).map_err(|err| MarketError::Read {
         path: path.display().to_string(),
         err,
     })?;
     if meta.is_dir() {
-        load_lean(path)
+        read_lean(path).map(|(bars, log)| (bars, Some(log)))
     } else if path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
     {
-        load_csv(path)
+        load_csv(path).map(|bars| (bars, None))
     } else {
         Err(MarketError::UnknownFormat {
             path: path.display().to_string(),
