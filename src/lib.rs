@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod eval;
 pub mod experience;
 pub mod gemm;
 pub mod graph;

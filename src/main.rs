@@ -23,6 +23,18 @@ enum Command {
     /// the CPU oracle, a smaller run of about a minute); metrics to DIR/metrics.jsonl,
     /// checkpoints to DIR/checkpoints, the resolved config to DIR/config.toml.
     Train(TrainArgs),
+    /// Evaluate a checkpoint's greedy policy on the test split, beside buy-and-hold and a
+    /// random policy: a table, and the report as JSON with --json.
+    Eval {
+        /// A checkpoint file, or a run folder (its newest checkpoint).
+        checkpoint: PathBuf,
+        /// The data to evaluate on (the same features); none: the data it trained on.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Write the report (figures and equity curves) as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Draw a run folder's figures: training curves (metrics.jsonl) and, where the run was
     /// evaluated, equity curves (eval.json), as SVG and PNG in DIR/report/.
     Report {
@@ -278,7 +290,8 @@ fn train(a: TrainArgs) -> Result<()> {
                 "event": "done", "backend": s.backend, "step": s.steps, "steps_run": s.steps_run,
                 "transitions": s.transitions, "seconds": s.seconds, "transitions_per_s": rate,
                 "stopped": s.stopped, "out": s.out, "checkpoint": s.checkpoint,
-                "last": s.last,
+                "last": s.last, "eval": s.eval.as_ref().map(|(_, e)| e),
+                "figures": s.report.as_ref().map(|r| r.paths()),
             })
         );
         return Ok(());
@@ -303,9 +316,17 @@ fn train(a: TrainArgs) -> Result<()> {
         "{verb} {} ({} steps, {} transitions this run) on the {} backend in {:.1} s ({rate:.0} transitions/s){tail}",
         s.steps, s.steps_run, s.transitions, s.backend, s.seconds,
     );
+    if let Some((step, e)) = &s.eval {
+        println!("evaluation at step {step}:\n{}", e.table());
+    }
     println!("run folder: {}", s.out.display());
     if let Some(c) = &s.checkpoint {
         println!("checkpoint: {}", c.display());
+    }
+    if let Some(r) = &s.report {
+        for p in r.paths() {
+            println!("figure: {}", p.display());
+        }
     }
     if s.stopped {
         println!("continue with: tallyho train --resume {}", s.out.display());
@@ -320,6 +341,28 @@ fn write(path: &PathBuf, text: &str) -> Result<()> {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(args) => train(args)?,
+        Command::Eval {
+            checkpoint,
+            data,
+            json,
+        } => {
+            let opts = tallyho::eval::EvalOptions {
+                checkpoint,
+                data,
+                json,
+            };
+            let (c, report) = tallyho::eval::run(&opts)?;
+            println!(
+                "{} (step {}, trained on {}):\n{}",
+                c.path.display(),
+                c.header.step,
+                c.header.market.source,
+                report.table()
+            );
+            if let Some(p) = &opts.json {
+                println!("report: {}", p.display());
+            }
+        }
         Command::Market { data } => market_summary(data.as_deref())?,
         Command::Report { dir } => {
             for path in tallyho::report::report(&dir)?.paths() {

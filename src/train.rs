@@ -10,6 +10,8 @@ use crate::checkpoint::{self, Checkpoint, Header, MarketId};
 use crate::config;
 use crate::env::load_market;
 use crate::error::{Error, Result};
+use crate::eval;
+use crate::report::{self, ReportFiles};
 use crate::runtime::Gpu;
 use crate::trainer::CudaTrainer;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -20,11 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use tallyho_oracle::features::Market;
 use tallyho_oracle::schedule::EpsilonSchedule;
 use tallyho_oracle::trainer::{
     self, Metrics, ObserveError, Observer, OracleTrainer, StateSource, TrainError,
 };
-use tallyho_oracle::TrainConfig;
+use tallyho_oracle::{EvalReport, TrainConfig};
 
 /// Which trainer runs the loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -159,8 +162,13 @@ struct Line<'a> {
     transitions_per_s: f64,
 }
 
-/// The run's observer: the progress bar or JSON events, the metrics file, the checkpoints.
-struct Recorder {
+/// The run's observer: the progress bar or JSON events, the metrics file, the checkpoints,
+/// the evaluations.
+struct Recorder<'a> {
+    market: &'a Market,
+    out: PathBuf,
+    /// The newest evaluation and its step.
+    eval: Option<(u64, EvalReport)>,
     output: Output,
     bar: ProgressBar,
     file: BufWriter<File>,
@@ -173,7 +181,7 @@ struct Recorder {
     written: Vec<PathBuf>,
 }
 
-impl Recorder {
+impl Recorder<'_> {
     fn event(&self, value: serde_json::Value) {
         if self.output == Output::Json {
             println!("{value}");
@@ -181,7 +189,7 @@ impl Recorder {
     }
 }
 
-impl Observer for Recorder {
+impl Observer for Recorder<'_> {
     fn on_step(&mut self, step: u64) {
         self.bar.set_position(step);
     }
@@ -230,6 +238,30 @@ impl Observer for Recorder {
         Ok(())
     }
 
+    fn on_eval(
+        &mut self,
+        step: u64,
+        state: &mut dyn StateSource,
+    ) -> std::result::Result<(), ObserveError> {
+        let state = state.get()?;
+        let report = eval::evaluate(&state.cfg, &state.online, self.market)?;
+        let path = eval::write(&self.out, step, &report)?;
+        if let Some(greedy) = report.policies.first() {
+            let f = &greedy.figures;
+            self.bar.println(format!(
+                "step {step}: greedy on the test split: PnL {:.0}, Sharpe {:.2}, {} trades ({})",
+                f.total_pnl,
+                f.sharpe,
+                f.trades,
+                path.display()
+            ));
+        }
+        self.event(serde_json::json!({"event": "eval", "step": step, "path": path,
+            "figures": report.policies.iter().map(|p| (p.name.clone(), serde_json::json!(p.figures))).collect::<serde_json::Map<_, _>>()}));
+        self.eval = Some((step, report));
+        Ok(())
+    }
+
     fn stop_requested(&self) -> bool {
         self.stop
             .as_ref()
@@ -252,6 +284,10 @@ pub struct TrainSummary {
     pub metrics_path: PathBuf,
     /// The newest checkpoint written.
     pub checkpoint: Option<PathBuf>,
+    /// The newest evaluation on the test split and its step (the run's end unless stopped).
+    pub eval: Option<(u64, EvalReport)>,
+    /// The figures drawn at the end (none when stopped).
+    pub report: Option<ReportFiles>,
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
@@ -506,6 +542,9 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
     bar.reset_eta();
     let backend_name = if gpu.is_some() { "cuda" } else { "cpu" };
     let mut rec = Recorder {
+        market: &market,
+        out: out.clone(),
+        eval: None,
         output: opts.output,
         bar,
         file,
@@ -560,7 +599,14 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
         }
     };
     rec.bar.finish();
+    let report = if finish.stopped {
+        None
+    } else {
+        Some(report::report(&out)?)
+    };
     Ok(TrainSummary {
+        eval: rec.eval.take(),
+        report,
         backend: backend_name,
         steps: finish.step,
         steps_run: finish.step - from,

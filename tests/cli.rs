@@ -100,6 +100,22 @@ fn train_on_the_cpu_backend_writes_finite_metrics_and_its_config() {
     assert_eq!(cfg["run"]["steps"].as_integer(), Some(250));
     let checkpoints = std::fs::read_dir(dir.join("checkpoints")).unwrap().count();
     assert_eq!(checkpoints, 1, "the run's end writes a checkpoint");
+    // The run's end evaluates on the test split and draws its figures.
+    let eval: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(eval["step"], 250);
+    let names: Vec<&str> = eval["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["greedy", "random", "buy_and_hold"]);
+    assert!(stdout.contains("evaluation at step 250:"), "{stdout}");
+    for f in ["training.svg", "training.png", "equity.svg", "equity.png"] {
+        let len = std::fs::metadata(dir.join("report").join(f)).map_or(0, |m| m.len());
+        assert!(len > 0, "report/{f} is missing or empty");
+    }
     // The run's figures draw from what it wrote.
     let (ok, stdout, stderr) = tallyho(&["report", dir.to_str().unwrap()]);
     assert!(ok, "{stdout}\n{stderr}");

@@ -149,7 +149,11 @@ fn resume_and_compare(backend: &str, whole: &Path, cut: &Path, k: u64) {
         .into_iter()
         .filter(|w| w["step"].as_u64().unwrap() > k)
         .collect();
-    assert_eq!(windows(cut), after, "the same metrics windows after step {k}");
+    assert_eq!(
+        windows(cut),
+        after,
+        "the same metrics windows after step {k}"
+    );
 }
 
 #[test]
@@ -165,7 +169,10 @@ fn a_cpu_run_resumed_from_its_checkpoint_ends_bitwise_equal_to_the_run_that_went
     );
     let c = Checkpoint::read(&checkpoints(&whole)[0].1).unwrap();
     assert!(c.header.step == 50 && c.header.backend == "cpu");
-    assert!(c.header.config.schedule.learn_start == 64, "updates before the cut");
+    assert!(
+        c.header.config.schedule.learn_start == 64,
+        "updates before the cut"
+    );
     resume_and_compare("cpu", &whole, &cut, 50);
 }
 
