@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// anything below.
 const LAYERS: &[&[&str]] = &[
     &["error"],
-    &["runtime"],
+    &["runtime", "tensor_file", "config"],
     &["graph", "gemm"],
     &[
         "philox",
@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["qnet"],
     &["experience"],
     &["trainer"],
-    &["harness", "train", "report"],
+    &["harness", "checkpoint", "eval", "report", "train"],
 ];
 
 /// The position of `module` in the layer list: (layer, place in it).
