@@ -248,7 +248,7 @@ mod tests {
         let err = resolve(None, &["env.envs=many"]).unwrap_err().to_string();
         assert_eq!(
             err,
-            "--set env.envs=many: env.envs = \"many\" is a string, but env.envs takes an integer (the default is 1024)"
+            "--set env.envs=many: env.envs = \"many\" is a string, but env.envs takes an integer (the default is 256)"
         );
         let err = resolve(Some("qnet = 3\n"), &[]).unwrap_err().to_string();
         assert!(

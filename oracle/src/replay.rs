@@ -407,7 +407,7 @@ mod tests {
         let msg = cfg.validate().unwrap_err().to_string();
         assert_eq!(
             msg,
-            "capacity 512 is below 4 x batch 256 (= 1024): raise --capacity or lower --batch"
+            "capacity 512 is below 4 x batch 256 (= 1024): raise replay.capacity or lower replay.batch"
         );
     }
 

@@ -272,17 +272,17 @@ mod tests {
     fn each_part_is_validated() {
         let mut cfg = TrainConfig::default();
         cfg.env.envs = 0;
-        assert_eq!(refusal(&cfg), "envs is 0: it must be at least 1");
+        assert_eq!(refusal(&cfg), "env.envs is 0: it must be at least 1");
         let mut cfg = TrainConfig::default();
         cfg.qnet.gamma = 1.5;
         assert_eq!(
             refusal(&cfg),
-            "gamma = 1.5 is outside [0, 1]: use a discount such as 0.99"
+            "qnet.gamma = 1.5 is outside [0, 1]: use a discount such as 0.99"
         );
         let mut cfg = TrainConfig::default();
         cfg.qnet.n_step = 300;
         assert!(
-            refusal(&cfg).starts_with("n_step = 300 is outside [1, 256]: "),
+            refusal(&cfg).starts_with("qnet.n_step = 300 is outside [1, 256]: "),
             "{}",
             refusal(&cfg)
         );
@@ -293,7 +293,7 @@ mod tests {
         let mut cfg = TrainConfig::default();
         cfg.replay.alpha = 2.0;
         assert!(
-            refusal(&cfg).starts_with("alpha = 2 is outside [0, 1]: "),
+            refusal(&cfg).starts_with("replay.alpha = 2 is outside [0, 1]: "),
             "{}",
             refusal(&cfg)
         );
@@ -301,7 +301,7 @@ mod tests {
         cfg.reward.ema_rate = 0.0;
         assert_eq!(
             refusal(&cfg),
-            "ema_rate = 0 is outside (0, 1]: a rate such as 0.01"
+            "reward.ema_rate = 0 is outside (0, 1]: a rate such as 0.01"
         );
     }
 }

@@ -120,6 +120,23 @@ impl OracleTrainer {
         })
     }
 
+    /// The parts of the training state where `self` and `other` differ (empty: the same state
+    /// bit for bit); the config, market, metric sums and last step's record are not state.
+    pub fn state_differences(&self, other: &OracleTrainer) -> Vec<&'static str> {
+        let parts = [
+            ("online", self.online == other.online),
+            ("target", self.target == other.target),
+            ("adam", self.adam == other.adam),
+            ("replay", self.replay == other.replay),
+            ("env", self.env == other.env),
+            ("ring", self.ring == other.ring),
+            ("reward_envs", self.reward_envs == other.reward_envs),
+            ("reward_global", self.reward_global == other.reward_global),
+            ("epsilon_step", self.epsilon_step == other.epsilon_step),
+        ];
+        parts.iter().filter(|p| !p.1).map(|p| p.0).collect()
+    }
+
     /// The acting Q-values of `states` by the online network: the f64 forward, rounded to f32
     /// in the GPU's row layout.
     pub fn acting_q(&self, states: &[f32]) -> Vec<f32> {
