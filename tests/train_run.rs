@@ -361,3 +361,69 @@ mod gpu {
         resume_and_compare("cuda", &whole, &cut, 150);
     }
 }
+
+#[test]
+fn json_output_is_one_event_a_line_and_eval_reads_the_runs_checkpoint() {
+    let dir = fresh_dir("json");
+    let mut a: Vec<&str> = vec!["train", "--backend", "cpu", "--json"];
+    a.extend(SMALL);
+    a.extend(["--steps", "60", "--out", s(&dir)]);
+    let (ok, stdout, stderr) = tallyho(&a);
+    assert!(ok, "{stdout}\n{stderr}");
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "metrics").count(),
+        4,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "checkpoint").count(),
+        2,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "eval").count(),
+        1,
+        "{kinds:?}"
+    );
+    let done = events.last().unwrap();
+    assert_eq!(
+        (done["event"].as_str(), done["step"].as_u64()),
+        (Some("done"), Some(60))
+    );
+    assert!(done["eval"]["policies"]
+        .as_array()
+        .is_some_and(|p| p.len() == 3));
+    // `tallyho eval` on the run folder: its newest checkpoint, the data it trained on.
+    let json = dir.join("eval-again.json");
+    let (ok, stdout, stderr) = tallyho(&["eval", s(&dir), "--json", s(&json)]);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("(step 60, trained on synthetic)"),
+        "{stdout}"
+    );
+    for name in ["greedy", "random", "buy_and_hold"] {
+        assert!(stdout.contains(name), "{stdout}");
+    }
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let first: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(
+        again, first,
+        "the same checkpoint evaluates to the same report"
+    );
+    // Data it cannot read is refused, naming the file.
+    let csv = dir.join("bars.csv");
+    std::fs::write(&csv, "time,open,high,low,close,volume\n").unwrap();
+    let (ok, _, stderr) = tallyho(&["eval", s(&dir), "--data", s(&csv)]);
+    assert!(!ok);
+    assert!(stderr.contains("bars.csv"), "{stderr}");
+}
