@@ -68,6 +68,48 @@ pub fn ulp_distance(a: f32, b: f32) -> u64 {
 /// Compare float32 results with a reference. NaN and infinities pass only where both sides
 /// agree exactly; a length mismatch is a failure at the first missing index.
 pub fn compare_f32(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> Comparison {
+    compare_values(output, got, want, tol)
+}
+
+/// A computed value's type: how it widens to the reference's f64, its distance in its own
+/// units in the last place, and its bitwise equality with the reference rounded to it.
+trait Computed: Copy {
+    fn widen(self) -> f64;
+    fn ulps_from(self, want: f64) -> u64;
+    fn bits_equal(self, want: f64) -> bool;
+}
+
+impl Computed for f32 {
+    fn widen(self) -> f64 {
+        f64::from(self)
+    }
+    fn ulps_from(self, want: f64) -> u64 {
+        ulp_distance(self, want as f32)
+    }
+    fn bits_equal(self, want: f64) -> bool {
+        self.to_bits() == (want as f32).to_bits()
+    }
+}
+
+impl Computed for f64 {
+    fn widen(self) -> f64 {
+        self
+    }
+    fn ulps_from(self, want: f64) -> u64 {
+        ulp_distance_f64(self, want)
+    }
+    fn bits_equal(self, want: f64) -> bool {
+        self.to_bits() == want.to_bits()
+    }
+}
+
+/// [`compare_f32`] and [`compare_f64`]: one element-wise comparison for either width.
+fn compare_values<T: Computed>(
+    output: &str,
+    got: &[T],
+    want: &[f64],
+    tol: Tolerance,
+) -> Comparison {
     let mut c = Comparison {
         output: output.to_string(),
         len: got.len().max(want.len()),
@@ -84,7 +126,7 @@ pub fn compare_f32(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> C
                 .get_or_insert((i, f64::NAN, f64::NAN, f64::INFINITY, 0.0));
             break;
         };
-        let g64 = f64::from(g);
+        let g64 = g.widen();
         let ok_special = (g64.is_nan() && w.is_nan()) || (g64.is_infinite() && g64 == w);
         let (err, bound, ok) = if ok_special {
             (0.0, 0.0, true)
@@ -96,10 +138,10 @@ pub fn compare_f32(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> C
             if w != 0.0 {
                 c.max_rel = c.max_rel.max(err / w.abs());
             }
-            c.max_ulp = c.max_ulp.max(ulp_distance(g, w as f32));
+            c.max_ulp = c.max_ulp.max(g.ulps_from(w));
             let bound = tol.bound(w);
             let ok = if tol.exact {
-                g.to_bits() == (w as f32).to_bits()
+                g.bits_equal(w)
             } else {
                 err <= bound
             };
@@ -191,47 +233,7 @@ pub fn compare_exact<T: Copy + PartialEq + Into<f64>>(
 /// infinity with the same one); `tol.exact` demands the same bits. `max_ulp` counts double
 /// ulps here. A length mismatch is a failure at the first missing index.
 pub fn compare_f64(output: &str, got: &[f64], want: &[f64], tol: Tolerance) -> Comparison {
-    let mut c = Comparison {
-        output: output.to_string(),
-        len: got.len().max(want.len()),
-        max_abs: 0.0,
-        max_rel: 0.0,
-        max_ulp: 0,
-        rel_norm: 0.0,
-        first_failure: None,
-        tolerance: tol,
-    };
-    for i in 0..c.len {
-        let (Some(&g), Some(&w)) = (got.get(i), want.get(i)) else {
-            c.first_failure
-                .get_or_insert((i, f64::NAN, f64::NAN, f64::INFINITY, 0.0));
-            break;
-        };
-        let ok_special = (g.is_nan() && w.is_nan()) || (g.is_infinite() && g == w);
-        let (err, bound, ok) = if ok_special {
-            (0.0, 0.0, true)
-        } else if !g.is_finite() || !w.is_finite() {
-            (f64::INFINITY, tol.bound(w), false)
-        } else {
-            let err = (g - w).abs();
-            c.max_abs = c.max_abs.max(err);
-            if w != 0.0 {
-                c.max_rel = c.max_rel.max(err / w.abs());
-            }
-            c.max_ulp = c.max_ulp.max(ulp_distance_f64(g, w));
-            let bound = tol.bound(w);
-            let ok = if tol.exact {
-                g.to_bits() == w.to_bits()
-            } else {
-                err <= bound
-            };
-            (err, bound, ok)
-        };
-        if !ok && c.first_failure.is_none() {
-            c.first_failure = Some((i, g, w, err, bound));
-        }
-    }
-    c
+    compare_values(output, got, want, tol)
 }
 
 /// Distance in double units in the last place between two finite doubles.
