@@ -573,9 +573,7 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
             if from == 0 {
                 note(&format!("training on {} (CUDA backend): {shape}", g.name()));
             }
-            // The overlapped step: the same bits, faster at every N measured
-            // (docs/BENCHMARKS.md, "Training step").
-            let mut t = CudaTrainer::with_overlap(g, &cfg, &market, true)?;
+            let mut t = CudaTrainer::new(g, &cfg, &market)?;
             if let Start::Resume { step, state } = &start {
                 t.restore(state, *step)?;
             }
