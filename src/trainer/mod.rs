@@ -201,28 +201,23 @@ impl CudaTrainer {
     }
 
     /// One step of `kind`, eagerly, no host read. The update's stream (the learner) forks
-    /// from the step's; the experience step is queued first (its acting forward, where
-    /// layer by layer, on the network's stream), then on the learner the first update's
-    /// sample, gather and gradients, and on the step's stream meanwhile the rest of the
-    /// experience half. The learner then waits for the
+    /// from the step's; on it, the first update's sample, gather and gradients; on the
+    /// step's stream meanwhile, the experience half. The learner then waits for the
     /// experience half (the acting forward read the parameters Adam writes, the n-step rows
     /// the insert reads) and runs Adam, the priority update, the sync, the other updates
     /// and the insert; the step's stream joins it at the end. Where both are one stream the
-    /// hand-overs are nothing and this is the oracle's order with the first update's
-    /// sample, gather and gradients (which read neither the experience's outputs nor
-    /// anything it writes) moved before the reward.
+    /// hand-overs are nothing and this is the oracle's order with the two independent
+    /// halves swapped.
     pub fn step_eager(&mut self, kind: StepKind) -> Result<()> {
         hand_over(&self.forked, &self.main, &self.learner)?;
         let learn = kind == StepKind::Learn;
-        // The experience step first: acting layer by layer runs on the network's stream, so
-        // it must be queued there before the gradients, not behind them.
-        self.phase_experience()?;
         if learn {
             self.replay.sample()?;
             self.replay.gather()?;
             self.net
                 .gradients(&self.replay.batch, &self.replay.weights)?;
         }
+        self.phase_experience()?;
         self.phase_reward()?;
         hand_over(&self.acted, &self.main, &self.learner)?;
         if learn {
