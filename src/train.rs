@@ -173,7 +173,8 @@ struct Recorder<'a> {
     bar: ProgressBar,
     file: BufWriter<File>,
     start: Instant,
-    last: Option<(f64, u64)>,
+    /// The wall clock and transitions count at the last window.
+    last: (f64, u64),
     checkpoints: PathBuf,
     header: Header,
     keep: usize,
@@ -196,12 +197,10 @@ impl Observer for Recorder<'_> {
 
     fn on_metrics(&mut self, m: &Metrics) -> std::result::Result<(), ObserveError> {
         let wall = self.start.elapsed().as_secs_f64();
-        let (t0, n0) = self
-            .last
-            .unwrap_or((0.0, m.transitions.saturating_sub(m.transitions)));
+        let (t0, n0) = self.last;
         let done = m.transitions.saturating_sub(n0);
         let rate = done as f64 / (wall - t0).max(1e-9);
-        self.last = Some((wall, m.transitions));
+        self.last = (wall, m.transitions);
         let line = Line {
             m,
             wall_s: wall,
@@ -549,7 +548,8 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
         bar,
         file,
         start: Instant::now(),
-        last: None,
+        // A resumed run's rate counts its own transitions only.
+        last: (0.0, from * cfg.env.envs as u64),
         checkpoints: out.join("checkpoints"),
         header: Header {
             format: checkpoint::FORMAT.into(),
