@@ -339,4 +339,284 @@ mod tests {
         assert_eq!(ulp_distance(0.0, -0.0), 0);
         assert_eq!(ulp_distance(f32::from_bits(1), -f32::from_bits(1)), 2);
     }
+
+    // What each comparison must catch and must let through, one case per branch: these are
+    // the gate's foundation, so each is held to the exact numbers it reports.
+
+    fn abs_tol(atol: f64) -> Tolerance {
+        Tolerance {
+            atol,
+            rtol: 0.0,
+            exact: false,
+            norm: false,
+            reason: "test",
+        }
+    }
+
+    fn next_up(x: f32) -> f32 {
+        f32::from_bits(x.to_bits() + 1)
+    }
+
+    #[test]
+    fn a_value_at_the_bound_passes_and_one_ulp_past_it_fails() {
+        let tol = abs_tol(0.25);
+        assert!(compare_f32("x", &[1.25], &[1.0], tol).passed());
+        let c = compare_f32("x", &[next_up(1.25)], &[1.0], tol);
+        let (i, got, want, err, bound) = c.first_failure.expect("one ulp past the bound");
+        assert_eq!(
+            (i, got, want, bound),
+            (0, f64::from(next_up(1.25)), 1.0, 0.25)
+        );
+        assert_eq!(err, f64::from(next_up(1.25)) - 1.0);
+        assert!(
+            compare_f32("x", &[0.75], &[1.0], tol).passed(),
+            "the bound is two-sided"
+        );
+        assert!(!compare_f32("x", &[0.75 - f32::EPSILON], &[1.0], tol).passed());
+        // The relative part scales with |want|, of either sign.
+        let rel = Tolerance {
+            rtol: 0.5,
+            ..abs_tol(0.0)
+        };
+        assert!(compare_f32("x", &[-3.0], &[-2.0], rel).passed());
+        assert!(!compare_f32("x", &[-3.0 - 4.0 * f32::EPSILON], &[-2.0], rel).passed());
+    }
+
+    #[test]
+    fn the_report_holds_the_largest_errors_and_the_first_failure() {
+        let tol = abs_tol(0.1);
+        let c = compare_f32("x", &[1.0, 2.5, 4.0, 0.5], &[1.0, 2.0, 3.0, 0.0], tol);
+        assert_eq!(c.len, 4);
+        assert_eq!(c.max_abs, 1.0);
+        assert_eq!(c.max_rel, 1.0 / 3.0, "|0.5 - 0| has no relative error");
+        assert_eq!(c.max_ulp, ulp_distance(0.5, 0.0));
+        assert_eq!(
+            c.first_failure,
+            Some((1, 2.5, 2.0, 0.5, 0.1)),
+            "the first, not the largest"
+        );
+        assert!(c
+            .check()
+            .unwrap_err()
+            .starts_with("x: element 1 of 4: got 2.5e0, want 2e0"));
+        let ok = compare_f32("y", &[1.0, 2.0], &[1.0, 2.0], tol);
+        assert_eq!((ok.max_abs, ok.max_rel, ok.max_ulp), (0.0, 0.0, 0));
+        assert_eq!(ok.check(), Ok(()));
+    }
+
+    #[test]
+    fn non_finite_values_pass_only_where_both_sides_agree() {
+        let tol = Tolerance::float32("test");
+        let pass = |g: f32, w: f64| compare_f32("x", &[g], &[w], tol).passed();
+        assert!(pass(f32::NAN, f64::NAN));
+        assert!(pass(f32::INFINITY, f64::INFINITY));
+        assert!(pass(f32::NEG_INFINITY, f64::NEG_INFINITY));
+        assert!(!pass(f32::INFINITY, f64::NEG_INFINITY));
+        assert!(!pass(f32::NAN, 0.0));
+        assert!(!pass(0.0, f64::NAN));
+        assert!(!pass(f32::INFINITY, 1e30));
+        assert!(!pass(f32::MAX, f64::INFINITY));
+        let c = compare_f32("x", &[1.0, f32::INFINITY], &[1.0, 2.0], tol);
+        let (i, _, _, err, bound) = c.first_failure.unwrap();
+        assert_eq!((i, err, bound), (1, f64::INFINITY, tol.bound(2.0)));
+        assert_eq!(
+            c.max_abs, 0.0,
+            "a non-finite pair does not enter the finite maxima"
+        );
+    }
+
+    #[test]
+    fn a_length_mismatch_fails_at_the_first_missing_index_either_way() {
+        let tol = Tolerance::float32("test");
+        for (got, want) in [
+            (&[1.0f32, 2.0][..], &[1.0, 2.0, 3.0][..]),
+            (&[1.0, 2.0, 3.0][..], &[1.0, 2.0][..]),
+        ] {
+            let c = compare_f32("x", got, want, tol);
+            assert_eq!(c.len, 3);
+            assert_eq!(c.first_failure.map(|f| f.0), Some(2));
+            let c = compare_f64(
+                "x",
+                &got.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+                want,
+                tol,
+            );
+            assert_eq!(c.first_failure.map(|f| f.0), Some(2));
+        }
+        assert!(
+            compare_f32("x", &[], &[], tol).passed(),
+            "nothing against nothing"
+        );
+    }
+
+    #[test]
+    fn an_all_zero_reference_is_held_to_the_absolute_bound() {
+        let tol = Tolerance::float32("test");
+        assert!(compare_f32("x", &[0.0, 0.0], &[0.0, 0.0], tol).passed());
+        let c = compare_f32("x", &[1e-6, 0.0], &[0.0, 0.0], tol);
+        assert!(c.passed() && c.max_rel == 0.0 && c.max_abs == f64::from(1e-6f32));
+        assert!(!compare_f32("x", &[1e-4, 0.0], &[0.0, 0.0], tol).passed());
+        let n = Tolerance::rel_norm(1e-3, "test");
+        assert!(compare_rel_norm("x", &[0.0, 0.0], &[0.0, 0.0], n).passed());
+        let c = compare_rel_norm("x", &[1e-30, 0.0], &[0.0, 0.0], n);
+        assert_eq!(
+            c.rel_norm,
+            f64::INFINITY,
+            "any error against a zero norm is unbounded"
+        );
+        assert!(!c.passed());
+    }
+
+    #[test]
+    fn exact_comparisons_demand_the_same_bits() {
+        assert!(compare_f32("x", &[1.5, -2.0], &[1.5, -2.0], EXACT).passed());
+        assert!(!compare_f32("x", &[next_up(1.5)], &[1.5], EXACT).passed());
+        assert!(
+            !compare_f32("x", &[-0.0], &[0.0], EXACT).passed(),
+            "the sign bit counts"
+        );
+        assert!(!compare_f64("x", &[-0.0], &[0.0], EXACT).passed());
+        assert!(compare_f64("x", &[0.1], &[0.1], EXACT).passed());
+        let b = compare_bitwise("x", &[1.0, f32::NAN, 3.0], &[1.0, f32::NAN, 3.0]);
+        assert!(b.passed(), "the same NaN bits are the same result");
+        let b = compare_bitwise("x", &[1.0, next_up(2.0), -0.0], &[1.0, 2.0, 0.0]);
+        assert_eq!(b.first_failure.map(|f| f.0), Some(1));
+        assert_eq!(b.max_ulp, 1);
+        assert!(!compare_bitwise("x", &[1.0], &[1.0, 1.0]).passed());
+    }
+
+    #[test]
+    fn integer_comparisons_catch_one_element_and_any_length_mismatch() {
+        let c = compare_exact("x", &[1u32, 2, 3], &[1u32, 2, 3]);
+        assert!(c.passed());
+        assert_eq!((c.len, c.max_abs, c.tolerance), (3, 0.0, EXACT));
+        let c = compare_exact("x", &[1i32, 5, 3, 9], &[1i32, 2, 3, 4]);
+        assert_eq!(c.first_failure, Some((1, 5.0, 2.0, 3.0, 0.0)));
+        assert_eq!(
+            c.max_abs, 5.0,
+            "the largest difference over every failing element"
+        );
+        let c = compare_exact("x", &[1u32, 2], &[1u32, 2, 3]);
+        let (i, got, want, _, _) = c.first_failure.unwrap();
+        assert!(i == 2 && got.is_nan() && want == 3.0);
+        let c = compare_exact("x", &[1u32, 2, 7], &[1u32, 2]);
+        let (i, got, want, _, _) = c.first_failure.unwrap();
+        assert!(i == 2 && got == 7.0 && want.is_nan());
+        assert_eq!(c.len, 3);
+    }
+
+    #[test]
+    fn the_norm_comparison_reports_its_norm_and_the_worst_element() {
+        let tol = Tolerance::rel_norm(1.0, "test");
+        let c = compare_rel_norm("x", &[2.0, 0.0], &[1.0, 0.0], tol);
+        assert_eq!(c.rel_norm, 1.0);
+        assert!(c.passed(), "exactly at the bound");
+        let c = compare_rel_norm(
+            "x",
+            &[2.0, 0.0],
+            &[1.0, 0.0],
+            Tolerance::rel_norm(0.999, "t"),
+        );
+        assert_eq!(c.first_failure, Some((0, 2.0, 1.0, 1.0, 0.999)));
+        let want = [1.0, 1.0, 1.0, 1.0];
+        let c = compare_rel_norm(
+            "x",
+            &[1.25, 0.5, 1.0, 1.25],
+            &want,
+            Tolerance::rel_norm(0.1, "t"),
+        );
+        assert_eq!(
+            c.first_failure.map(|f| f.0),
+            Some(1),
+            "the largest error, first of equals"
+        );
+        assert_eq!(c.rel_norm, (0.0625f64 + 0.25 + 0.0625).sqrt() / 2.0);
+        assert_eq!(c.tolerance, Tolerance::rel_norm(0.1, "t"));
+        let c = compare_rel_norm(
+            "x",
+            &[1.0, f32::INFINITY],
+            &[1.0, 1.0],
+            Tolerance::rel_norm(1e9, "t"),
+        );
+        let (i, _, _, err, _) = c.first_failure.unwrap();
+        assert_eq!((i, err), (1, f64::INFINITY));
+        assert!(
+            !compare_rel_norm("x", &[1.0], &[1.0, 0.0], Tolerance::rel_norm(1e9, "t")).passed()
+        );
+        assert!(
+            !compare_rel_norm("x", &[1.0, 0.0], &[1.0], Tolerance::rel_norm(1e9, "t")).passed()
+        );
+    }
+
+    #[test]
+    fn merge_keeps_the_largest_figures_and_the_first_failure() {
+        let tol = abs_tol(0.1);
+        let mut a = compare_f32("x", &[1.0, 1.5], &[1.0, 1.0], tol);
+        let b = compare_f32("x", &[3.0], &[1.0], tol);
+        let a_failure = a.first_failure;
+        a.merge(&b);
+        assert_eq!(a.len, 3);
+        assert_eq!((a.max_abs, a.max_rel, a.max_ulp), (2.0, 2.0, b.max_ulp));
+        assert_eq!(
+            a.first_failure, a_failure,
+            "the earlier case's failure stays"
+        );
+        let mut ok = compare_f32("x", &[1.0], &[1.0], tol);
+        ok.merge(&b);
+        assert_eq!(
+            ok.first_failure, b.first_failure,
+            "a passing case takes the other's failure"
+        );
+        assert!(!ok.passed());
+        let mut n = compare_rel_norm("x", &[1.0], &[1.0], Tolerance::rel_norm(1.0, "t"));
+        n.merge(&compare_rel_norm(
+            "x",
+            &[1.5],
+            &[1.0],
+            Tolerance::rel_norm(1.0, "t"),
+        ));
+        assert_eq!(n.rel_norm, 0.5);
+        let mut big = compare_f32("x", &[9.0], &[1.0], abs_tol(100.0));
+        big.merge(&compare_f32("x", &[1.0], &[1.0], tol));
+        assert_eq!(
+            (big.max_abs, big.max_rel),
+            (8.0, 8.0),
+            "the larger side's figures stay"
+        );
+    }
+
+    #[test]
+    fn the_failure_message_names_the_tolerance_kind() {
+        let c = compare_rel_norm("q", &[2.0], &[1.0], Tolerance::rel_norm(0.5, "t"));
+        assert_eq!(
+            c.check().unwrap_err(),
+            "q: relative L2 error 1e0 > bound 5e-1 over 1 elements (largest error at element 0: got 2e0, want 1e0)"
+        );
+        let c = compare_f32("q", &[2.0], &[1.0], abs_tol(0.5));
+        assert_eq!(
+            c.check().unwrap_err(),
+            "q: element 0 of 1: got 2e0, want 1e0, error 1e0 > bound 5e-1 (atol 5.0e-1 + rtol 0.0e0)"
+        );
+        let c = compare_f32("q", &[2.0], &[1.0], EXACT);
+        assert!(c.check().unwrap_err().ends_with("(exact)"));
+    }
+
+    #[test]
+    fn ulp_distances_count_representable_steps_both_ways() {
+        assert_eq!(ulp_distance(1.0, next_up(1.0)), 1);
+        assert_eq!(ulp_distance(next_up(1.0), 1.0), 1);
+        assert_eq!(ulp_distance(1.0, 2.0), 1 << 23);
+        assert_eq!(ulp_distance(-1.0, -2.0), 1 << 23);
+        assert_eq!(
+            ulp_distance(f32::MIN_POSITIVE, 0.0),
+            u64::from(f32::MIN_POSITIVE.to_bits())
+        );
+        assert_eq!(ulp_distance_f64(1.0, 2.0), 1 << 52);
+        assert_eq!(ulp_distance_f64(-1.0, -2.0), 1 << 52);
+        assert_eq!(ulp_distance_f64(0.0, -0.0), 0);
+        assert_eq!(
+            ulp_distance_f64(-f64::MAX, f64::MAX),
+            u64::MAX - (1 << 53) - 1
+        );
+    }
 }

@@ -330,4 +330,83 @@ mod tests {
         let missing: f64 = x[1..].iter().sum();
         assert!((seq - missing).abs() > tol.bound(seq));
     }
+
+    // Each rule's bound as its formula gives it, by hand: a bound that drifts (a sign, a
+    // factor, a term dropped) changes what the gate accepts.
+
+    #[test]
+    fn a_bound_is_atol_plus_rtol_times_the_reference_magnitude() {
+        let t = Tolerance {
+            atol: 0.5,
+            rtol: 0.25,
+            exact: false,
+            norm: false,
+            reason: "t",
+        };
+        assert_eq!(t.bound(4.0), 1.5);
+        assert_eq!(t.bound(-4.0), 1.5);
+        assert_eq!(t.bound(0.0), 0.5);
+        assert_eq!(Tolerance::exact("t").bound(7.0), 0.0);
+        let f = Tolerance::float32("t");
+        assert_eq!(
+            (f.atol, f.rtol, f.exact, f.norm),
+            (1e-5, 1.3e-6, false, false)
+        );
+        let n = Tolerance::rel_norm(0.01, "t");
+        assert_eq!((n.atol, n.rtol, n.exact, n.norm), (0.0, 0.01, false, true));
+        assert!(EXACT.exact && ENV.exact && TRANSITION.exact && TARGET_SYNC_EVERY.exact);
+    }
+
+    #[test]
+    fn each_kind_describes_itself() {
+        assert_eq!(Tolerance::exact("t").describe(), "exact");
+        assert_eq!(
+            Tolerance::rel_norm(0.01, "t").describe(),
+            "rel. L2 norm 1.0e-2"
+        );
+        assert_eq!(
+            Tolerance::float32("t").describe(),
+            "atol 1.0e-5 + rtol 1.3e-6"
+        );
+    }
+
+    #[test]
+    fn the_reduction_rule_is_twice_the_reference_error_plus_one_epsilon_of_scale() {
+        let t = reduction_rule(&[1.0, 2.0, -4.0], &[1.0, 2.5, -3.0]);
+        assert_eq!(t.atol, 2.0 * 1.0 + 3.0 * f64::from(f32::EPSILON));
+        assert_eq!((t.rtol, t.exact, t.norm), (0.0, false, false));
+        let exact = reduction_rule(&[1.0, -2.0], &[1.0, -2.0]);
+        assert_eq!(exact.atol, 2.0 * f64::from(f32::EPSILON));
+    }
+
+    #[test]
+    fn gemm_chains_sum_their_reductions_in_units_of_float_roundoff() {
+        let u = F32_UNIT_ROUNDOFF;
+        assert_eq!(u, f64::from(f32::EPSILON) / 2.0);
+        let t = gemm_chain(&[16, 256]);
+        assert_eq!((t.rtol, t.norm), (2.0 * u * 272.0, true));
+        let t = gemm_chain_tf32(&[10], &[100, 3]);
+        let total = 10 + (32768 + 200) + (32768 + 6);
+        assert_eq!((t.rtol, t.norm), (2.0 * u * total as f64, true));
+        let t = gemm_chain_3xtf32(&[10, 1]);
+        assert_eq!((t.rtol, t.norm), (2.0 * u * (110.0 + 56.0), true));
+    }
+
+    #[test]
+    fn the_reward_bounds_follow_their_formulas() {
+        // rewards 1, 2, 3: n 3, E r^2 = 14 / 3, mean 2.
+        let t = reward_dispersion(&[1.0, 2.0, 3.0], 0.5);
+        let u = f64::EPSILON / 2.0;
+        assert_eq!(t.atol, 4.0 * 2.0 * u * (14.0 / 3.0) / 2.0);
+        assert_eq!(t.rtol, 1.2e-7);
+        // A mean below the floor divides by the floor.
+        let t = reward_dispersion(&[1.0, -1.0], 0.5);
+        assert_eq!(t.atol, 4.0 * 1.0 * u * 1.0 / 0.5);
+        // One reward: N - 1 is held at 1.
+        let t = reward_dispersion(&[2.0], 0.5);
+        assert_eq!(t.atol, 4.0 * u * 4.0 / 2.0);
+        let t = reward_ema_drift(8.0, 0.5);
+        assert_eq!(t.atol, (2f64.powi(-23) + 2f64.powi(-50)) * 16.0);
+        assert_eq!(t.rtol, 0.0);
+    }
 }
