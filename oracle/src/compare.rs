@@ -159,15 +159,7 @@ fn compare_values<T: Computed>(
 /// side, fails; so does a length mismatch. A failure reports the element with the largest
 /// error.
 pub fn compare_rel_norm(output: &str, got: &[f32], want: &[f64], tol: Tolerance) -> Comparison {
-    let mut c = compare_f32(
-        output,
-        got,
-        want,
-        Tolerance {
-            norm: false,
-            ..Tolerance::float32("")
-        },
-    );
+    let mut c = compare_f32(output, got, want, Tolerance::float32(""));
     c.tolerance = tol;
     c.first_failure = None;
     let (mut err2, mut ref2, mut worst) = (0.0f64, 0.0f64, (0usize, 0.0f64));
@@ -614,6 +606,9 @@ mod tests {
         assert_eq!(ulp_distance_f64(1.0, 2.0), 1 << 52);
         assert_eq!(ulp_distance_f64(-1.0, -2.0), 1 << 52);
         assert_eq!(ulp_distance_f64(0.0, -0.0), 0);
+        let two_up = f64::from_bits(1.0f64.to_bits() + 2);
+        let c = compare_f64("x", &[two_up, 1.0], &[1.0, 1.0], EXACT);
+        assert_eq!((c.max_ulp, c.first_failure.map(|f| f.0)), (2, Some(0)));
         assert_eq!(
             ulp_distance_f64(-f64::MAX, f64::MAX),
             u64::MAX - (1 << 53) - 1

@@ -309,6 +309,9 @@ mod tests {
             many.atol
         );
         assert_eq!(metric_env_sum(10, 0.0).atol, 0.0);
+        // gamma_k = k u / (1 - k u): where k u = 1/4 it is 1/3, so 2 gamma abs_sum = 2 for 3.
+        let quarter = metric_env_sum(1 << 51, 3.0);
+        assert!((quarter.atol - 2.0).abs() < 1e-12, "{}", quarter.atol);
         assert_eq!(F64_UNIT_ROUNDOFF, f64::EPSILON / 2.0);
     }
 
