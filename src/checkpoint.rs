@@ -52,6 +52,9 @@ use tallyho_oracle::TrainConfig;
 pub const FORMAT: &str = "tallyho-checkpoint";
 pub const VERSION: u32 = 1;
 
+/// The source a checkpoint records for the embedded synthetic market.
+pub const SYNTHETIC: &str = "synthetic";
+
 /// Which market a run trained on: where it came from and a digest of what the envs see.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MarketId {
@@ -64,6 +67,11 @@ pub struct MarketId {
 }
 
 impl MarketId {
+    /// The `--data` path it came from; None for the embedded synthetic market.
+    pub fn data(&self) -> Option<PathBuf> {
+        (self.source != SYNTHETIC).then(|| PathBuf::from(&self.source))
+    }
+
     pub fn of(market: &Market, source: &str) -> MarketId {
         let mut h = Sha256::new();
         for v in [
@@ -333,7 +341,6 @@ impl Checkpoint {
     /// Fill `o` (a trainer of this checkpoint's config) with the saved state.
     fn restore_into(&self, o: &mut OracleTrainer) -> Result<()> {
         let st = self.tensors()?;
-        let same = |v: &Vec<f32>| v.len();
         o.online = self.get(&st, "online", o.online.len())?;
         o.target = self.get(&st, "target", o.target.len())?;
         o.adam.m = self.get(&st, "adam.m", o.adam.m.len())?;
@@ -369,8 +376,8 @@ impl Checkpoint {
             gl.updates,
         ) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]);
         let ring = &mut o.ring;
-        ring.states = self.get(&st, "ring.states", same(&ring.states))?;
-        ring.next_states = self.get(&st, "ring.next_states", same(&ring.next_states))?;
+        ring.states = self.get(&st, "ring.states", ring.states.len())?;
+        ring.next_states = self.get(&st, "ring.next_states", ring.next_states.len())?;
         ring.actions = self.get(&st, "ring.actions", ring.actions.len())?;
         ring.rewards = self.get(&st, "ring.rewards", ring.rewards.len())?;
         ring.reasons = self.get(&st, "ring.reasons", ring.reasons.len())?;

@@ -72,13 +72,7 @@ pub struct EvalOptions {
 /// it trained on).
 pub fn run(opts: &EvalOptions) -> Result<(Checkpoint, EvalReport)> {
     let c = Checkpoint::read(&Checkpoint::find(&opts.checkpoint)?)?;
-    let data = match &opts.data {
-        Some(d) => Some(d.clone()),
-        None => {
-            let saved = &c.header.market.source;
-            (saved != "synthetic").then(|| PathBuf::from(saved))
-        }
-    };
+    let data = opts.data.clone().or_else(|| c.header.market.data());
     let market = load_market(data.as_deref())?;
     let report = evaluate(&c.header.config, &c.online()?, &market)?;
     if let Some(path) = &opts.json {

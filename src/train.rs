@@ -6,7 +6,7 @@
 //! differ: on a GPU a real run, on the CPU a smaller network and fewer envs that finish in
 //! about a minute (the run says which it is).
 
-use crate::checkpoint::{self, Checkpoint, Header, MarketId};
+use crate::checkpoint::{self, Checkpoint, Header, MarketId, SYNTHETIC};
 use crate::config;
 use crate::env::load_market;
 use crate::error::{Error, Result};
@@ -473,11 +473,7 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
         Some(from) => {
             let c = Checkpoint::read(&Checkpoint::find(from)?)?;
             let cfg = resumed_config(opts, &c)?;
-            let saved = c.header.market.source.clone();
-            let data = match &opts.data {
-                Some(d) => Some(d.clone()),
-                None => (saved != SYNTHETIC).then(|| PathBuf::from(&saved)),
-            };
+            let data = opts.data.clone().or_else(|| c.header.market.data());
             let market = load_market(data.as_deref())?;
             let source = source_of(data.as_deref());
             let state = Box::new(c.trainer(&market, &source)?);
@@ -619,9 +615,6 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
         checkpoint: rec.written.last().cloned(),
     })
 }
-
-/// The market's source as a checkpoint records it.
-const SYNTHETIC: &str = "synthetic";
 
 fn source_of(data: Option<&Path>) -> String {
     data.map_or(SYNTHETIC.to_string(), |p| p.display().to_string())
