@@ -279,7 +279,7 @@ impl Checkpoint {
         let listed = list(&path.join("checkpoints"))?;
         listed.last().map(|(_, p)| p.clone()).ok_or_else(|| {
             Error::Checkpoint(format!(
-                "{} holds no checkpoint (no checkpoints/step-*.safetensors): point --resume at a run folder of tallyho train or at a checkpoint file",
+                "{} holds no checkpoint (no checkpoints/step-*.safetensors): give a run folder of tallyho train or a checkpoint file",
                 path.display()
             ))
         })
