@@ -43,9 +43,19 @@ enum Command {
     },
     /// Run the GPU-vs-oracle parity matrix and print a table; exits non-zero on any failure.
     Verify {
-        /// Random cases per replay kernel.
+        /// Random cases per kernel.
         #[arg(long, default_value_t = 20)]
         cases: usize,
+        /// Steps of the whole training step's rows (GPU vs CPU trainer, graph vs eager, ...).
+        #[arg(long, default_value_t = 100)]
+        steps: usize,
+        /// Run only the groups whose name contains this, or that check this kernel file
+        /// (e.g. `replay_sample`); repeatable. `--list` names them.
+        #[arg(long)]
+        only: Vec<String>,
+        /// List the groups and the kernel files each checks, and exit (no GPU needed).
+        #[arg(long)]
+        list: bool,
         /// Seed of the random cases.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -371,31 +381,51 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Verify {
             cases,
+            steps,
+            only,
+            list,
             seed,
             fixtures: dir,
             json,
             markdown,
         } => {
+            use tallyho::harness::verify;
             if cases == 0 {
                 bail!("--cases 0 checks nothing: give at least 1");
             }
+            if steps == 0 {
+                bail!("--steps 0 checks nothing: give at least 1");
+            }
+            let groups = verify::select(&only)?;
+            if list {
+                for g in groups {
+                    println!("{:<22} {}", g.name, g.covers.join(", "));
+                }
+                return Ok(());
+            }
             let gpu = Gpu::new().context("tallyho verify runs the kernels on a GPU")?;
             eprintln!(
-                "verify on {} (driver {}, {}), {cases} cases per kernel, seed {seed}",
+                "verify on {} (driver {}, {}), {cases} cases per kernel, {steps} training steps, seed {seed}, groups: {}",
                 gpu.name(),
                 gpu.driver_version(),
-                gpu.arch()
+                gpu.arch(),
+                groups.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
             );
-            let report = tallyho::harness::verify::run(&gpu, cases, seed, &dir, |what| {
-                eprintln!("  checking {what}")
-            })?;
+            let opts = verify::Options {
+                cases,
+                steps,
+                seed,
+                fixture_dir: dir,
+                only,
+            };
+            let report = verify::run(&gpu, &opts, |what| eprintln!("  checking {what}"))?;
             if let Some(p) = json {
                 write(&p, &serde_json::to_string_pretty(&report)?)?;
             }
             if let Some(p) = markdown {
-                write(&p, &tallyho::harness::verify::markdown(&report))?;
+                write(&p, &verify::markdown(&report))?;
             }
-            print!("{}", tallyho::harness::verify::text_table(&report));
+            print!("{}", verify::text_table(&report));
             let failed = report.rows.iter().filter(|r| !r.passed).count();
             if failed > 0 {
                 bail!(

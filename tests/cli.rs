@@ -29,6 +29,38 @@ fn verify_with_zero_cases_is_refused() {
 }
 
 #[test]
+fn verify_lists_its_groups_and_refuses_a_filter_that_selects_none() {
+    let (ok, stdout, stderr) = tallyho(&["verify", "--list"]);
+    assert!(ok, "{stderr}");
+    for group in [
+        "replay",
+        "env fused vs unfused",
+        "training step",
+        "fixtures",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(group)),
+            "{group} missing:\n{stdout}"
+        );
+    }
+    // A kernel file selects every group that checks it, and only those.
+    let (ok, stdout, stderr) = tallyho(&["verify", "--list", "--only", "replay_sample"]);
+    assert!(ok, "{stderr}");
+    let names: Vec<&str> = stdout
+        .lines()
+        .map(|l| l.split("  ").next().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["replay", "training step", "fixtures"], "{stdout}");
+    let (ok, _, stderr) = tallyho(&["verify", "--only", "replay_smaple"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("--only \"replay_smaple\" selects no group")
+            && stderr.contains("replay_sample"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn kernels_command_compiles_every_kernel_for_sm90() {
     let (ok, stdout, stderr) = tallyho(&["kernels", "--arch", "sm_90"]);
     assert!(ok, "{stderr}");
@@ -276,8 +308,50 @@ mod gpu {
     }
 
     #[test]
+    fn verify_only_runs_the_groups_it_names_and_writes_json() {
+        let dir = common::fresh_dir("verify-only");
+        let json = dir.join("verify.json");
+        let (ok, stdout, stderr) = tallyho(&[
+            "verify",
+            "--only",
+            "replay_sample",
+            "--cases",
+            "2",
+            "--steps",
+            "10",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert!(ok, "{stdout}\n{stderr}");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let kernels: std::collections::BTreeSet<String> = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["kernel"].as_str().unwrap().to_string())
+            .collect();
+        for k in [
+            "replay_sample",
+            "replay_sample (fixture)",
+            "training step, GPU vs CPU trainer x10",
+            "training step, graph vs eager x10",
+        ] {
+            assert!(kernels.contains(k), "{k} missing from {kernels:?}");
+        }
+        for k in [
+            "philox",
+            "qnet_loss (NA 51)",
+            "env_step",
+            "philox (fixture)",
+        ] {
+            assert!(!kernels.contains(k), "{k} ran: {kernels:?}");
+        }
+    }
+
+    #[test]
     fn verify_prints_a_passing_parity_table() {
-        let (ok, stdout, stderr) = tallyho(&["verify", "--cases", "3"]);
+        let (ok, stdout, stderr) = tallyho(&["verify", "--cases", "3", "--steps", "30"]);
         assert!(ok, "{stdout}\n{stderr}");
         for k in [
             "philox",

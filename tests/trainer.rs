@@ -7,50 +7,21 @@ mod common;
 mod gpu {
     use super::common::*;
     use tallyho::graph::Phase;
-    use tallyho::harness::parity::trainer::{trainer_vs_oracle, twin_runs};
+    use tallyho::harness::parity::trainer::{
+        small_config, small_market, trainer_vs_oracle, twin_runs,
+    };
     use tallyho::reward::RewardPath;
     use tallyho::trainer::CudaTrainer;
-    use tallyho_oracle::features::{build, FeatureConfig, Market};
-    use tallyho_oracle::market::{synthetic, SyntheticConfig};
-    use tallyho_oracle::schedule::{EpsilonSchedule, StepKind, TrainSchedule};
+    use tallyho_oracle::features::Market;
+    use tallyho_oracle::schedule::StepKind;
     use tallyho_oracle::TrainConfig;
 
     fn market() -> Market {
-        let bars = synthetic(&SyntheticConfig {
-            bars: 4000,
-            ..SyntheticConfig::default()
-        })
-        .unwrap();
-        build(&bars, &FeatureConfig::default()).unwrap()
+        small_market().unwrap()
     }
 
-    /// A small run: 64 envs, a 64-wide network of 21 atoms, batch 64, updates from step 2,
-    /// a hard target sync every 16 updates, short episodes with tight barriers so that every
-    /// end occurs, epsilon annealed over the first 100 steps.
     fn small(feature_dim: usize) -> TrainConfig {
-        let mut cfg = TrainConfig::default();
-        cfg.env.envs = 64;
-        (cfg.env.max_steps, cfg.env.stop_loss, cfg.env.take_profit) = (30, 0.0008, 0.001);
-        (
-            cfg.qnet.h1,
-            cfg.qnet.h2,
-            cfg.qnet.value_hidden,
-            cfg.qnet.adv_hidden,
-            cfg.qnet.atoms,
-        ) = (64, 64, 32, 32, 21);
-        (cfg.replay.capacity, cfg.replay.batch) = (4096, 64);
-        cfg.schedule = TrainSchedule {
-            updates_per_step: 1,
-            learn_start: 128,
-            target_period: 16,
-            epsilon: EpsilonSchedule {
-                start: 1.0,
-                end: 0.1,
-                steps: 100,
-            },
-            metrics_every: 50,
-        };
-        cfg.resolve(feature_dim)
+        small_config(feature_dim)
     }
 
     #[test]
@@ -134,13 +105,14 @@ mod gpu {
         let cfg = small(m.feature_dim);
         assert_all(
             &twin_runs(&gpu, &cfg, &m, 60, [true, false], |t, i| {
-                t.set_graphs(i == 0)
+                t.set_graphs(i == 0);
+                Ok(())
             })
             .unwrap(),
         );
         let one_launch = |t: &mut CudaTrainer, i: usize| {
-            t.net.set_act_block_rows(Some(16)).unwrap();
             t.set_graphs(i == 0);
+            t.net.set_act_block_rows(Some(16))
         };
         assert_all(&twin_runs(&gpu, &cfg, &m, 60, [true, false], one_launch).unwrap());
     }
@@ -165,11 +137,16 @@ mod gpu {
         let mut cfg = small(m.feature_dim);
         cfg.schedule.updates_per_step = 2;
         assert_all(
-            &twin_runs(&gpu, &cfg, &m, 40, [false; 2], |t, i| t.set_graphs(i == 0)).unwrap(),
+            &twin_runs(&gpu, &cfg, &m, 40, [false; 2], |t, i| {
+                t.set_graphs(i == 0);
+                Ok(())
+            })
+            .unwrap(),
         );
         assert_all(
             &twin_runs(&gpu, &cfg, &m, 40, [true, false], |t, i| {
-                t.set_graphs(i == 0)
+                t.set_graphs(i == 0);
+                Ok(())
             })
             .unwrap(),
         );
@@ -179,7 +156,11 @@ mod gpu {
     fn the_graph_replayed_step_is_bitwise_the_eager_step_for_100_steps() {
         let (gpu, m) = (gpu(), market());
         let cfg = small(m.feature_dim);
-        let c = twin_runs(&gpu, &cfg, &m, 100, [false; 2], |t, i| t.set_graphs(i == 0)).unwrap();
+        let c = twin_runs(&gpu, &cfg, &m, 100, [false; 2], |t, i| {
+            t.set_graphs(i == 0);
+            Ok(())
+        })
+        .unwrap();
         assert_all(&c);
         // The graphed twin did replay its captured Learn step.
         let mut t = CudaTrainer::new(&gpu, &cfg, &m).unwrap();
@@ -202,7 +183,7 @@ mod gpu {
     fn two_runs_with_one_seed_are_bitwise_equal() {
         let (gpu, m) = (gpu(), market());
         let cfg = small(m.feature_dim);
-        assert_all(&twin_runs(&gpu, &cfg, &m, 120, [false; 2], |_, _| {}).unwrap());
+        assert_all(&twin_runs(&gpu, &cfg, &m, 120, [false; 2], |_, _| Ok(())).unwrap());
     }
 
     #[test]

@@ -1,17 +1,24 @@
-//! `tallyho verify`: the parity matrix on the GPU. Every kernel runs on fresh random
-//! inputs against the oracle (the same checks as the property tests, from `parity`), and
-//! on the recorded fixtures against their recorded outputs; one row per kernel output.
+//! `tallyho verify`: the parity matrix on the GPU, one row per output checked. Every kernel
+//! runs on fresh random inputs against the oracle (the same checks as the property tests,
+//! from `parity`); each fused path against its unfused chain (the env step, the experience
+//! step, the reward pipeline) and each graph against its eager launches; the whole training
+//! step against the CPU trainer, and its fast paths against its slow ones, over N steps;
+//! and the recorded fixtures through the kernels. The rows come in [`GROUPS`], each naming
+//! the kernel files it checks, so that `--only` runs chosen rows and `tallyho mutants` the
+//! rows that cover a changed file.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::experience::ExperiencePath;
 use crate::harness::fixtures::{self, Replayer};
 use crate::harness::parity::{self, replay::ReplayCase};
 use crate::reward::RewardPath;
 use crate::runtime::Gpu;
+use crate::trainer::CudaTrainer;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::PathBuf;
 use tallyho_oracle::Comparison;
 
 #[derive(Clone, Debug, Serialize)]
@@ -35,6 +42,8 @@ pub struct Report {
     pub device: String,
     pub driver: String,
     pub seed: u64,
+    /// The `--only` filters of the run (empty: every group).
+    pub groups: Vec<String>,
     pub rows: Vec<Row>,
 }
 
@@ -46,7 +55,7 @@ impl Report {
 
 /// Accumulates comparisons into rows keyed by (kernel, output).
 #[derive(Default)]
-struct Matrix {
+pub struct Matrix {
     rows: BTreeMap<(String, String), (usize, Comparison)>,
     order: Vec<(String, String)>,
 }
@@ -89,26 +98,274 @@ impl Matrix {
     }
 }
 
-/// Run `cases` random cases of every kernel, seeded by `seed`, and the fixtures in `fixture_dir`.
-pub fn run(
-    gpu: &Gpu,
-    cases: usize,
-    seed: u64,
-    fixture_dir: &Path,
-    progress: impl Fn(&str),
-) -> Result<Report> {
+/// What a run checks: the random cases per kernel, the steps of the whole-step rows, the
+/// seed, the fixtures, and which groups (none given: every group).
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub cases: usize,
+    pub steps: usize,
+    pub seed: u64,
+    pub fixture_dir: PathBuf,
+    /// Group filters: a group runs where its name contains one of them, or one of them is a
+    /// kernel file the group covers (`replay_sample` runs every group that checks it).
+    pub only: Vec<String>,
+}
+
+/// What a group's check needs.
+pub struct Ctx<'a> {
+    pub gpu: &'a Gpu,
+    pub opts: &'a Options,
+    progress: &'a dyn Fn(&str),
+}
+
+/// One group of rows of the matrix: its name, the kernel files (cuda/<file>.cu stems) whose
+/// outputs it checks, and its check. `--only` selects groups by name or by a kernel file
+/// they cover; `tallyho mutants` runs, for a planted fault in a file, the groups covering it.
+pub struct Group {
+    pub name: &'static str,
+    pub covers: &'static [&'static str],
+    check: fn(&Ctx, &mut Matrix) -> Result<()>,
+}
+
+impl Group {
+    fn selected_by(&self, filter: &str) -> bool {
+        self.name.contains(filter) || self.covers.contains(&filter)
+    }
+}
+
+const ENV_KERNELS: &[&str] = &[
+    "state_gather",
+    "action_select",
+    "fill_step",
+    "barriers",
+    "env_step",
+];
+const QNET_KERNELS: &[&str] = &[
+    "qnet_forward",
+    "qnet_head",
+    "qnet_head_matrix",
+    "qnet_act",
+    "qnet_loss",
+    "qnet_backward",
+    "optimizer_grad_norm",
+    "optimizer_adam",
+    "optimizer_target_sync",
+];
+/// The kernels a training step launches (on one path or another).
+const STEP_KERNELS: &[&str] = &[
+    "schedule",
+    "state_gather",
+    "qnet_forward",
+    "qnet_head",
+    "qnet_head_matrix",
+    "qnet_act",
+    "env_step",
+    "experience_step",
+    "reward_fused",
+    "reward_stages",
+    "transition_assemble",
+    "trainer_metrics",
+    "replay_sample",
+    "replay_gather",
+    "qnet_loss",
+    "qnet_backward",
+    "optimizer_grad_norm",
+    "optimizer_adam",
+    "optimizer_target_sync",
+    "replay_update_priorities",
+    "replay_insert",
+];
+
+/// Every group, in the order of the matrix.
+pub static GROUPS: &[Group] = &[
+    Group {
+        name: "philox",
+        covers: &["philox"],
+        check: check_philox,
+    },
+    Group {
+        name: "replay",
+        covers: &[
+            "replay_insert",
+            "replay_sample",
+            "replay_gather",
+            "replay_update_priorities",
+        ],
+        check: check_replay,
+    },
+    Group {
+        name: "transition",
+        covers: &["transition_assemble"],
+        check: check_transition,
+    },
+    Group {
+        name: "schedule",
+        covers: &["schedule"],
+        check: check_schedule,
+    },
+    Group {
+        name: "optimizer",
+        covers: &[
+            "optimizer_grad_norm",
+            "optimizer_adam",
+            "optimizer_target_sync",
+        ],
+        check: check_optimizer,
+    },
+    Group {
+        name: "trainer_metrics",
+        covers: &["trainer_metrics"],
+        check: check_trainer_metrics,
+    },
+    Group {
+        name: "qnet",
+        covers: QNET_KERNELS,
+        check: check_qnet,
+    },
+    Group {
+        name: "env",
+        covers: ENV_KERNELS,
+        check: check_env,
+    },
+    Group {
+        name: "env fused vs unfused",
+        covers: ENV_KERNELS,
+        check: check_env_fused,
+    },
+    Group {
+        name: "experience",
+        covers: &[
+            "experience_step",
+            "state_gather",
+            "qnet_forward",
+            "qnet_head",
+            "qnet_act",
+            "env_step",
+        ],
+        check: check_experience,
+    },
+    Group {
+        name: "reward",
+        covers: &["reward_stages", "reward_fused"],
+        check: check_reward,
+    },
+    Group {
+        name: "training step",
+        covers: STEP_KERNELS,
+        check: check_training_step,
+    },
+    Group {
+        name: "fixtures",
+        covers: &[
+            "philox",
+            "replay_insert",
+            "replay_sample",
+            "replay_gather",
+            "replay_update_priorities",
+            "qnet_forward",
+            "qnet_head",
+            "qnet_head_matrix",
+            "qnet_act",
+            "qnet_loss",
+            "qnet_backward",
+            "optimizer_grad_norm",
+            "optimizer_adam",
+            "optimizer_target_sync",
+            "state_gather",
+            "action_select",
+            "fill_step",
+            "barriers",
+            "env_step",
+            "experience_step",
+            "reward_stages",
+            "reward_fused",
+            "schedule",
+            "transition_assemble",
+            "trainer_metrics",
+        ],
+        check: check_fixtures,
+    },
+];
+
+/// The groups `only` selects (every group where it is empty); a filter that selects none is
+/// refused, naming the groups and kernel files there are.
+pub fn select(only: &[String]) -> Result<Vec<&'static Group>> {
+    for f in only {
+        if !GROUPS.iter().any(|g| g.selected_by(f)) {
+            let kernels: std::collections::BTreeSet<&str> = GROUPS
+                .iter()
+                .flat_map(|g| g.covers.iter().copied())
+                .collect();
+            return Err(Error::Shape(format!(
+                "--only {f:?} selects no group: give part of a group's name ({}) or a kernel file ({})",
+                GROUPS.iter().map(|g| g.name).collect::<Vec<_>>().join(", "),
+                kernels.into_iter().collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    Ok(GROUPS
+        .iter()
+        .filter(|g| only.is_empty() || only.iter().any(|f| g.selected_by(f)))
+        .collect())
+}
+
+/// Run the groups `opts.only` selects (module doc), each on its own seeded stream.
+pub fn run(gpu: &Gpu, opts: &Options, progress: impl Fn(&str)) -> Result<Report> {
+    if opts.cases == 0 || opts.steps == 0 {
+        return Err(Error::Shape(format!(
+            "{} cases and {} steps check nothing: give at least 1 of each",
+            opts.cases, opts.steps
+        )));
+    }
+    let groups = select(&opts.only)?;
     gpu.load_all()?;
+    let ctx = Ctx {
+        gpu,
+        opts,
+        progress: &progress,
+    };
     let mut m = Matrix::default();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    progress("philox");
+    for g in groups {
+        (g.check)(&ctx, &mut m)?;
+    }
+    Ok(Report {
+        device: gpu.name(),
+        driver: gpu.driver_version(),
+        seed: opts.seed,
+        groups: opts.only.clone(),
+        rows: m.into_rows(),
+    })
+}
+
+impl Ctx<'_> {
+    fn progress(&self, what: &str) {
+        (self.progress)(what)
+    }
+
+    /// A stream of random cases of its own for each group, so that a group's cases do not
+    /// depend on which groups ran before it.
+    fn rng(&self, stream: u64) -> ChaCha8Rng {
+        ChaCha8Rng::seed_from_u64(self.opts.seed.wrapping_add(stream))
+    }
+}
+
+fn check_philox(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    ctx.progress("philox");
+    let seed = ctx.opts.seed;
     for (i, n) in [1, 3, 50, 783, 4096, 100_003].into_iter().enumerate() {
         m.add(
             "philox",
-            parity::philox::check_philox(gpu, n, seed.wrapping_add(i as u64))?,
+            parity::philox::check_philox(ctx.gpu, n, seed.wrapping_add(i as u64))?,
         );
     }
+    Ok(())
+}
+
+fn check_replay(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    let (gpu, cases) = (ctx.gpu, ctx.opts.cases);
+    let mut rng = ctx.rng(0);
     for i in 0..cases {
-        progress(&format!("replay case {}/{cases}", i + 1));
+        ctx.progress(&format!("replay case {}/{cases}", i + 1));
         let case = ReplayCase::random(&mut rng);
         m.add(
             "replay_insert",
@@ -127,17 +384,25 @@ pub fn run(
             parity::replay::check_replay_update_priorities(gpu, &case)?,
         );
     }
-    // Its own stream, so that the other stages' cases stay those of earlier reports.
-    let mut transition_rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(400));
+    Ok(())
+}
+
+fn check_transition(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    let cases = ctx.opts.cases;
+    let mut rng = ctx.rng(400);
     for i in 0..cases {
-        progress(&format!("transition case {}/{cases}", i + 1));
-        let case = parity::transition::TransitionCase::random(&mut transition_rng);
+        ctx.progress(&format!("transition case {}/{cases}", i + 1));
+        let case = parity::transition::TransitionCase::random(&mut rng);
         m.add(
             "transition_assemble",
-            parity::transition::check_transition_assemble(gpu, &case)?,
+            parity::transition::check_transition_assemble(ctx.gpu, &case)?,
         );
     }
-    progress("schedules");
+    Ok(())
+}
+
+fn check_schedule(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    ctx.progress("schedules");
     for (i, s) in [(0.9, 0.05, 7), (1.0, 0.1, 1000), (0.3, 0.3, 0)]
         .into_iter()
         .enumerate()
@@ -150,10 +415,15 @@ pub fn run(
         let steps = if i == 1 { 1003 } else { 12 };
         m.add(
             "schedule_epsilon",
-            parity::schedule::check_schedule_epsilon(gpu, &sched, steps)?,
+            parity::schedule::check_schedule_epsilon(ctx.gpu, &sched, steps)?,
         );
     }
-    progress("optimizer");
+    Ok(())
+}
+
+fn check_optimizer(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    ctx.progress("optimizer");
+    let (gpu, seed) = (ctx.gpu, ctx.opts.seed);
     for (i, (n, scale)) in [(1, 3.0), (783, 20.0), (4096, 0.01), (1_000_003, 0.05)]
         .into_iter()
         .enumerate()
@@ -198,40 +468,48 @@ pub fn run(
             )?,
         );
     }
-    progress("training metrics");
-    {
-        use parity::trainer_metrics::{self as pm, MetricsCase, BRANCHES};
-        // Fixed sizes around one block, with and without non-finite inputs, then random
-        // cases from a stream of their own.
-        let mut metrics_rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(600));
-        let fixed = [1, 255, 257, 4099]
-            .into_iter()
-            .enumerate()
-            .map(|(i, envs)| MetricsCase {
-                envs,
-                branches: BRANCHES.to_vec(),
-                steps: 4,
-                updates_per_step: 2,
-                special: i % 2 == 1,
-                seed: seed.wrapping_add(610 + i as u64),
-            });
-        let cases: Vec<MetricsCase> = fixed
-            .chain((0..cases).map(|_| MetricsCase::random(&mut metrics_rng)))
-            .collect();
-        for case in &cases {
-            m.add(
-                "trainer_metrics_step",
-                pm::check_trainer_metrics_step(gpu, case)?,
-            );
-            m.add(
-                "trainer_metrics_update",
-                pm::check_trainer_metrics_update(gpu, case)?,
-            );
-        }
+    Ok(())
+}
+
+fn check_trainer_metrics(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    use parity::trainer_metrics::{self as pm, MetricsCase, BRANCHES};
+    ctx.progress("training metrics");
+    let seed = ctx.opts.seed;
+    // Fixed sizes around one block, with and without non-finite inputs, then random cases
+    // from a stream of their own.
+    let mut metrics_rng = ctx.rng(600);
+    let fixed = [1, 255, 257, 4099]
+        .into_iter()
+        .enumerate()
+        .map(|(i, envs)| MetricsCase {
+            envs,
+            branches: BRANCHES.to_vec(),
+            steps: 4,
+            updates_per_step: 2,
+            special: i % 2 == 1,
+            seed: seed.wrapping_add(610 + i as u64),
+        });
+    let cases: Vec<MetricsCase> = fixed
+        .chain((0..ctx.opts.cases).map(|_| MetricsCase::random(&mut metrics_rng)))
+        .collect();
+    for case in &cases {
+        m.add(
+            "trainer_metrics_step",
+            pm::check_trainer_metrics_step(ctx.gpu, case)?,
+        );
+        m.add(
+            "trainer_metrics_update",
+            pm::check_trainer_metrics_update(ctx.gpu, case)?,
+        );
     }
+    Ok(())
+}
+
+fn check_qnet(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    let (gpu, seed) = (ctx.gpu, ctx.opts.seed);
     for atoms in [51, 1] {
         for (i, &batch) in parity::qnet::QNET_BATCHES.iter().enumerate() {
-            progress(&format!("Q-network, {atoms} atoms, batch {batch}"));
+            ctx.progress(&format!("Q-network, {atoms} atoms, batch {batch}"));
             let case = parity::qnet::QNetCase {
                 atoms,
                 state_dim: 32,
@@ -256,7 +534,7 @@ pub fn run(
                 parity::qnet::check_qnet_backward(gpu, &case)?,
             );
         }
-        progress(&format!("Q-network, {atoms} atoms: acting on 4096 states"));
+        ctx.progress(&format!("Q-network, {atoms} atoms: acting on 4096 states"));
         let case = parity::qnet::QNetCase {
             atoms,
             state_dim: 15,
@@ -275,7 +553,7 @@ pub fn run(
             &format!("acting, tf32 option (NA {atoms})"),
             parity::qnet::check_acting_with(gpu, &case, parity::qnet::ActingPath::Tf32)?,
         );
-        progress(&format!(
+        ctx.progress(&format!(
             "Q-network, {atoms} atoms: 10 updates against the oracle"
         ));
         let case = parity::qnet::QNetCase {
@@ -289,8 +567,14 @@ pub fn run(
             parity::qnet::check_qnet_update(gpu, &case, 10)?,
         );
     }
+    Ok(())
+}
+
+fn check_env(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    let (gpu, cases) = (ctx.gpu, ctx.opts.cases);
+    let mut rng = ctx.rng(700);
     for i in 0..cases {
-        progress(&format!("environment case {}/{cases}", i + 1));
+        ctx.progress(&format!("environment case {}/{cases}", i + 1));
         let case = parity::env::EnvCase::random(&mut rng);
         m.add("state_gather", parity::env::check_state_gather(gpu, &case)?);
         m.add(
@@ -301,77 +585,191 @@ pub fn run(
         m.add("barriers", parity::env::check_barriers(gpu, &case)?);
         m.add("env_step", parity::env::check_env_step(gpu, &case)?);
     }
-    progress("experience: 50 steps of 256 envs on the synthetic market, and its graph replay");
-    {
-        use tallyho_oracle::env::{EnvConfig, EnvMarket, Split};
-        let market = crate::env::load_market(None)?;
-        let (em, split) = (EnvMarket::of(&market), Split::train(&market));
-        let cfg = EnvConfig {
-            envs: 256,
-            seed,
-            ..EnvConfig::default()
-        };
+    Ok(())
+}
+
+fn check_env_fused(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    let cases = ctx.opts.cases;
+    let mut rng = ctx.rng(750);
+    for i in 0..cases {
+        ctx.progress(&format!(
+            "env_step against its chain, case {}/{cases}",
+            i + 1
+        ));
+        let case = parity::env::EnvCase::random(&mut rng);
         m.add(
-            "experience x50",
-            parity::env::check_experience(gpu, &cfg, &em, split, 0.2, 50, 10)?.0,
-        );
-        m.add(
-            "experience graph vs eager x10",
-            parity::env::check_experience_graph(gpu, &cfg, &em, split, 10, None)?,
-        );
-        m.add(
-            "experience graph vs eager x10, qnet_act",
-            parity::env::check_experience_graph(gpu, &cfg, &em, split, 10, Some(32))?,
+            "env_step vs action_select, fill_step, barriers",
+            parity::env::check_env_step_fused(ctx.gpu, &case)?,
         );
     }
-    progress("reward pipeline");
-    {
-        use parity::reward::{self as pr, Mix};
-        use tallyho_oracle::reward::Stage;
-        // The cases alternate between the differential Sharpe ratio option off and on.
-        let configs = pr::check_configs();
-        for i in 0..cases {
-            progress(&format!("reward case {}/{cases}", i + 1));
-            let (n, mix, s) = (
-                rng.gen_range(1..=9000),
-                Mix::ALL[rng.gen_range(0..3)],
-                rng.gen::<u64>(),
-            );
-            let cfg = &configs[i % configs.len()];
-            for stage in Stage::ALL {
-                m.add(stage.kernel(), pr::check_stage(gpu, cfg, stage, n, mix, s)?);
-            }
-            m.add(
-                "reward_stages (whole steps x6)",
-                pr::check_steps(gpu, cfg, RewardPath::Unfused, n, mix, 6, s)?,
-            );
-            m.add(
-                "reward_fused (whole steps x6)",
-                pr::check_steps(gpu, cfg, RewardPath::Fused, n, mix, 6, s)?,
-            );
-            m.add(
-                "reward_fused vs reward_stages x6",
-                pr::check_fused_vs_unfused(gpu, cfg, n, 6, s)?,
-            );
+    Ok(())
+}
+
+fn check_experience(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    use tallyho_oracle::env::{EnvConfig, EnvMarket, Split};
+    ctx.progress("experience: 50 steps of 256 envs on the synthetic market, and its graph replay");
+    let (gpu, seed) = (ctx.gpu, ctx.opts.seed);
+    let market = crate::env::load_market(None)?;
+    let (em, split) = (EnvMarket::of(&market), Split::train(&market));
+    let cfg = EnvConfig {
+        envs: 256,
+        seed,
+        ..EnvConfig::default()
+    };
+    m.add(
+        "experience x50",
+        parity::env::check_experience(gpu, &cfg, &em, split, 0.2, 50, 10)?.0,
+    );
+    m.add(
+        "experience graph vs eager x10",
+        parity::env::check_experience_graph(gpu, &cfg, &em, split, 10, None)?,
+    );
+    m.add(
+        "experience graph vs eager x10, qnet_act",
+        parity::env::check_experience_graph(gpu, &cfg, &em, split, 10, Some(32))?,
+    );
+    m.add(
+        "experience_step vs state_gather, qnet_act, env_step x10",
+        parity::env::check_experience_fused(gpu, &cfg, &em, split, 10, 16)?,
+    );
+    Ok(())
+}
+
+fn check_reward(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    use parity::reward::{self as pr, Mix};
+    use tallyho_oracle::reward::Stage;
+    let (gpu, seed, cases) = (ctx.gpu, ctx.opts.seed, ctx.opts.cases);
+    ctx.progress("reward pipeline");
+    let mut rng = ctx.rng(800);
+    // The cases alternate between the differential Sharpe ratio option off and on.
+    let configs = pr::check_configs();
+    for i in 0..cases {
+        ctx.progress(&format!("reward case {}/{cases}", i + 1));
+        let (n, mix, s) = (
+            rng.gen_range(1..=9000),
+            Mix::ALL[rng.gen_range(0..3)],
+            rng.gen::<u64>(),
+        );
+        let cfg = &configs[i % configs.len()];
+        for stage in Stage::ALL {
+            m.add(stage.kernel(), pr::check_stage(gpu, cfg, stage, n, mix, s)?);
         }
-        progress("reward pipeline: graph replay (the DSR option on), and 500 free-running steps");
-        let (cfg, with_dsr) = (pr::check_config(), pr::check_config_with_dsr());
-        for (path, name) in [
-            (RewardPath::Unfused, "reward_stages"),
-            (RewardPath::Fused, "reward_fused"),
-        ] {
-            m.add(
-                &format!("{name} graph vs eager x10"),
-                pr::check_graph(gpu, &with_dsr, path, 4096, 10, seed)?,
-            );
-            m.add(
-                &format!("{name} EMAs x500 free-running"),
-                pr::check_drift(gpu, &cfg, path, 4096, 500, seed)?,
-            );
-        }
+        m.add(
+            "reward_stages (whole steps x6)",
+            pr::check_steps(gpu, cfg, RewardPath::Unfused, n, mix, 6, s)?,
+        );
+        m.add(
+            "reward_fused (whole steps x6)",
+            pr::check_steps(gpu, cfg, RewardPath::Fused, n, mix, 6, s)?,
+        );
+        m.add(
+            "reward_fused vs reward_stages x6",
+            pr::check_fused_vs_unfused(gpu, cfg, n, 6, s)?,
+        );
     }
-    progress("fixtures");
-    match fixtures::check(fixture_dir, Replayer::Gpu(gpu)) {
+    ctx.progress("reward pipeline: graph replay (the DSR option on), and 500 free-running steps");
+    let (cfg, with_dsr) = (pr::check_config(), pr::check_config_with_dsr());
+    for (path, name) in [
+        (RewardPath::Unfused, "reward_stages"),
+        (RewardPath::Fused, "reward_fused"),
+    ] {
+        m.add(
+            &format!("{name} graph vs eager x10"),
+            pr::check_graph(gpu, &with_dsr, path, 4096, 10, seed)?,
+        );
+        m.add(
+            &format!("{name} EMAs x500 free-running"),
+            pr::check_drift(gpu, &cfg, path, 4096, 500, seed)?,
+        );
+    }
+    Ok(())
+}
+
+/// The whole training step (`parity::trainer`'s small run): the CUDA trainer against the
+/// CPU trainer step by step, and the fast paths against the slow ones bitwise: graph replay
+/// against eager launches, the update overlapped against one stream, the fused reward
+/// against its chain, the one-launch experience step against its three launches.
+fn check_training_step(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    use parity::trainer::{small_config, small_market, trainer_vs_oracle, twin_runs};
+    let (gpu, steps) = (ctx.gpu, ctx.opts.steps);
+    let market = small_market()?;
+    let mut cfg = small_config(market.feature_dim);
+    (cfg.env.seed, cfg.qnet.seed, cfg.replay.seed) = (ctx.opts.seed, ctx.opts.seed, ctx.opts.seed);
+    ctx.progress(&format!(
+        "training step: GPU against the CPU trainer, {steps} steps"
+    ));
+    let p = trainer_vs_oracle(gpu, &cfg, &market, steps, false, |_| Ok(()))?;
+    let name = format!("training step, GPU vs CPU trainer x{steps}");
+    m.add(&name, p.comparisons.clone());
+    // A greedy pick the GPU made differently is accepted only at a near tie (module doc of
+    // parity::trainer); one outside it is a failure, named by its step and env.
+    let mut flips = tallyho_oracle::compare_exact::<u32>(
+        "greedy flips outside the near-tie bound",
+        &[p.bad_flips.len() as u32],
+        &[0],
+    );
+    if let Some((t, n, k, gap, bound)) = p.bad_flips.first() {
+        flips.output = format!(
+            "{} (first at step {t}, env {n}, branch {k}: gap {gap:e} > {bound:e})",
+            flips.output
+        );
+    }
+    m.add(&name, vec![flips]);
+    let twins: [(&str, [bool; 2], TwinSetup); 4] = [
+        ("graph vs eager", [false; 2], |t, i| {
+            t.set_graphs(i == 0);
+            Ok(())
+        }),
+        ("overlapped vs one stream", [true, false], |t, i| {
+            t.set_graphs(i == 0);
+            Ok(())
+        }),
+        ("reward_fused vs reward_stages", [false; 2], |t, i| {
+            t.set_reward_path(if i == 0 {
+                RewardPath::Fused
+            } else {
+                RewardPath::Unfused
+            });
+            Ok(())
+        }),
+        // 64 envs act layer by layer by default; 16-row blocks make the fused path one
+        // launch (experience_step), against state_gather, qnet_act and env_step.
+        (
+            "experience_step vs its three launches",
+            [false; 2],
+            |t, i| {
+                t.net.set_act_block_rows(Some(16))?;
+                if i == 1 {
+                    t.set_experience_path(ExperiencePath::Unfused);
+                }
+                Ok(())
+            },
+        ),
+    ];
+    for (what, overlap, setup) in twins {
+        ctx.progress(&format!("training step: {what}, {steps} steps"));
+        m.add(
+            &format!("training step, {what} x{steps}"),
+            twin_runs(gpu, &cfg, &market, steps, overlap, setup)?,
+        );
+    }
+    Ok(())
+}
+
+type TwinSetup = fn(&mut CudaTrainer, usize) -> Result<()>;
+
+/// The recorded fixtures through the kernels: all of them, or where `--only` names kernel
+/// files, theirs.
+fn check_fixtures(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
+    ctx.progress("fixtures");
+    let only = &ctx.opts.only;
+    let named: Vec<&String> = only
+        .iter()
+        .filter(|f| !"fixtures".contains(f.as_str()))
+        .collect();
+    let keep =
+        |k: &str| named.len() < only.len() || only.is_empty() || named.iter().any(|f| *f == k);
+    match fixtures::check_kernels(&ctx.opts.fixture_dir, Replayer::Gpu(ctx.gpu), keep) {
         Ok(pairs) => {
             for (kernel, c) in pairs {
                 m.add(&format!("{kernel} (fixture)"), vec![c]);
@@ -383,12 +781,7 @@ pub fn run(
             m.add("fixtures", vec![c]);
         }
     }
-    Ok(Report {
-        device: gpu.name(),
-        driver: gpu.driver_version(),
-        seed,
-        rows: m.into_rows(),
-    })
+    Ok(())
 }
 
 fn table(report: &Report, markdown: bool) -> String {

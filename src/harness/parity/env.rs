@@ -300,6 +300,46 @@ pub fn check_env_step(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     Ok(out)
 }
 
+/// `env_step` (action select, fill and barriers in one launch) against the three unfused
+/// launches (`action_select`, `fill_step`, `barriers`) on a twin env of the same state and
+/// the same random Q-values: actions, fills, the step's PnL, s', dones, reasons and the
+/// portfolios bitwise equal.
+pub fn check_env_step_fused(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
+    let (mut one, mut chain) = (EnvSetup::new(gpu, case)?, EnvSetup::new(gpu, case)?);
+    let width: usize = BRANCHES.iter().sum();
+    let q: Vec<f32> = (0..case.envs * width)
+        .map(|_| one.rng.gen_range(-4i32..4) as f32 * 0.5)
+        .collect();
+    let eps = one.rng.gen_range(0.05..0.95);
+    let dq = gpu.stream.clone_htod(&q)?;
+    // Both start with poisoned outputs (EnvSetup): one the single launch fails to write keeps
+    // the poison where the chain's holds a value.
+    one.env.set_epsilon(eps)?;
+    chain.env.set_epsilon(eps)?;
+    one.env.env_step(&dq)?;
+    chain.env.action_select(&dq)?;
+    chain.env.fill_step()?;
+    chain.env.barriers()?;
+    let mut out = vec![compare_exact(
+        "actions",
+        &one.env.read_actions()?,
+        &chain.env.read_actions()?,
+    )];
+    out.extend(compare_fills(
+        &one.env.read_fills()?,
+        &chain.env.read_fills()?,
+    ));
+    out.extend(compare_outcome(
+        &one.env.read_outcome()?,
+        &chain.env.read_outcome()?,
+    ));
+    out.extend(compare_env_states(
+        &one.env.download_state()?,
+        &chain.env.download_state()?,
+    ));
+    Ok(out)
+}
+
 /// A Q-network for acting on states of `market`: the default network on its state width.
 pub fn acting_config(market: &EnvMarket, seed: u64) -> tallyho_oracle::qnet::QNetConfig {
     tallyho_oracle::qnet::QNetConfig {

@@ -16,11 +16,12 @@ use crate::qnet::Products;
 use crate::runtime::Gpu;
 use crate::trainer::CudaTrainer;
 use tallyho_oracle::env::action_select;
-use tallyho_oracle::features::Market;
+use tallyho_oracle::features::{build, FeatureConfig, Market};
+use tallyho_oracle::market::{synthetic, SyntheticConfig};
 use tallyho_oracle::philox::{self, stream};
 use tallyho_oracle::qnet::hidden_width;
 use tallyho_oracle::reward::Stage;
-use tallyho_oracle::schedule::StepKind;
+use tallyho_oracle::schedule::{EpsilonSchedule, StepKind, TrainSchedule};
 use tallyho_oracle::tolerance::{
     gemm_chain, gemm_chain_3xtf32, gemm_chain_tf32, QNET_TRAJECTORY, REPLAY_IS_WEIGHT,
     REPLAY_PRIORITY, REWARD_REDUCTION,
@@ -30,6 +31,45 @@ use tallyho_oracle::{
     compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison, Tolerance,
     TrainConfig,
 };
+
+/// The market of the trainer checks: 4000 synthetic bars (seeded), default features.
+pub fn small_market() -> Result<Market> {
+    let bars = synthetic(&SyntheticConfig {
+        bars: 4000,
+        ..SyntheticConfig::default()
+    })
+    .map_err(oracle_err)?;
+    build(&bars, &FeatureConfig::default()).map_err(oracle_err)
+}
+
+/// A small run: 64 envs, a 64-wide network of 21 atoms, batch 64, updates from step 2,
+/// a hard target sync every 16 updates, short episodes with tight barriers so that every
+/// end occurs, epsilon annealed over the first 100 steps.
+pub fn small_config(feature_dim: usize) -> TrainConfig {
+    let mut cfg = TrainConfig::default();
+    cfg.env.envs = 64;
+    (cfg.env.max_steps, cfg.env.stop_loss, cfg.env.take_profit) = (30, 0.0008, 0.001);
+    (
+        cfg.qnet.h1,
+        cfg.qnet.h2,
+        cfg.qnet.value_hidden,
+        cfg.qnet.adv_hidden,
+        cfg.qnet.atoms,
+    ) = (64, 64, 32, 32, 21);
+    (cfg.replay.capacity, cfg.replay.batch) = (4096, 64);
+    cfg.schedule = TrainSchedule {
+        updates_per_step: 1,
+        learn_start: 128,
+        target_period: 16,
+        epsilon: EpsilonSchedule {
+            start: 1.0,
+            end: 0.1,
+            steps: 100,
+        },
+        metrics_every: 50,
+    };
+    cfg.resolve(feature_dim)
+}
 
 /// What a teacher-forced comparison found.
 #[derive(Clone, Debug)]
@@ -557,14 +597,14 @@ pub fn twin_runs(
     market: &Market,
     steps: usize,
     overlap: [bool; 2],
-    setup: impl Fn(&mut CudaTrainer, usize),
+    setup: impl Fn(&mut CudaTrainer, usize) -> Result<()>,
 ) -> Result<Vec<Comparison>> {
     let mut twins = [
         CudaTrainer::with_overlap(gpu, cfg, market, overlap[0])?,
         CudaTrainer::with_overlap(gpu, cfg, market, overlap[1])?,
     ];
     for (i, t) in twins.iter_mut().enumerate() {
-        setup(t, i);
+        setup(t, i)?;
     }
     let mut views = [
         OracleTrainer::new(cfg, market).map_err(oracle_err)?,
