@@ -5,6 +5,9 @@
 //! entry point (`entry::<file>::<ENTRY>`), so no launch site spells a kernel name.
 //! Adding a .cu file needs no Rust edit.
 
+#[path = "src/kernel_inline.rs"]
+mod kernel_inline;
+
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -32,8 +35,20 @@ fn main() {
         .filter(|f| f.extension().is_some_and(|e| e == "cu"))
     {
         let name = file.file_stem().unwrap().to_str().unwrap().to_string();
-        let mut seen = BTreeSet::new();
-        let source = inline(file, &cuda, &mut seen);
+        let rel = file
+            .strip_prefix(&cuda)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let source = kernel_inline::inline(
+            &rel,
+            &mut |r| {
+                fs::read_to_string(cuda.join(r)).map_err(|e| format!("cannot read cuda/{r}: {e}"))
+            },
+            &mut BTreeSet::new(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let entries = entry_points(&source);
         if entries.is_empty() {
             panic!(
@@ -80,35 +95,6 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(path);
         }
     }
-}
-
-/// The file with every `#include "relative/path"` replaced by that file's (once-only) text.
-fn inline(file: &Path, cuda: &Path, seen: &mut BTreeSet<PathBuf>) -> String {
-    let text =
-        fs::read_to_string(file).unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
-    let mut out = String::new();
-    for line in text.lines() {
-        let t = line.trim();
-        if t == "#pragma once" {
-            continue;
-        }
-        if let Some(rest) = t.strip_prefix("#include \"") {
-            let rel = rest.trim_end_matches('"');
-            let path = cuda.join(rel);
-            let key = path
-                .canonicalize()
-                .unwrap_or_else(|e| panic!("{}: #include \"{rel}\": {e}", file.display()));
-            if seen.insert(key) {
-                writeln!(out, "// ---- begin {rel}").unwrap();
-                out.push_str(&inline(&path, cuda, seen));
-                writeln!(out, "// ---- end {rel}").unwrap();
-            }
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
 }
 
 fn entry_points(source: &str) -> Vec<String> {

@@ -10,6 +10,7 @@ pub mod experience;
 pub mod gemm;
 pub mod graph;
 pub mod harness;
+pub mod kernel_inline;
 pub mod optimizer;
 pub mod philox;
 pub mod qnet;

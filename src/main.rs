@@ -94,8 +94,69 @@ enum Command {
         #[arg(long)]
         data: Option<PathBuf>,
     },
+    /// Mutation testing of the kernels: plant faults in cuda/ one at a time, run the verify
+    /// groups covering each on the GPU, and report caught / missed and the score. Exits
+    /// non-zero below --min-score. --list and --compile-only need no GPU.
+    Mutants(MutantsArgs),
     /// What this machine offers: driver, NVRTC, device.
     Info,
+}
+
+#[derive(clap::Args)]
+struct MutantsArgs {
+    /// Faults planted in each file of cuda/ at most (a deterministic sample over the kinds).
+    #[arg(long, default_value_t = 8)]
+    per_file: usize,
+    /// Seed of the sample.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Only the files of cuda/ whose path contains this (e.g. `replay_sample.cu`, `common/`).
+    #[arg(long)]
+    file: Option<String>,
+    /// Only shard K of N (`K/N`, K from 0): the mutants whose index is K modulo N, to split a
+    /// run across calls or machines.
+    #[arg(long)]
+    shard: Option<String>,
+    /// List the mutants and exit.
+    #[arg(long)]
+    list: bool,
+    /// Compile every mutant with NVRTC and report the viable ones, without a GPU.
+    #[arg(long)]
+    compile_only: bool,
+    /// Architecture of --compile-only (a run uses the GPU's).
+    #[arg(long, default_value = "sm_90")]
+    arch: String,
+    /// Mutants' processes at once.
+    #[arg(long, default_value_t = 4)]
+    jobs: usize,
+    /// Seconds before a mutant's process counts as hung (caught); default ten times the
+    /// baseline's, at least 60.
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// Random cases per kernel in each mutant's verify groups.
+    #[arg(long, default_value_t = 3)]
+    cases: usize,
+    /// Training steps of the whole-step rows in each mutant's verify groups.
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// The exit status is non-zero where fewer than this share of viable mutants is caught.
+    #[arg(long, default_value_t = 0.9)]
+    min_score: f64,
+    /// Write every outcome and the summary as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The kernel tree (the checkout's cuda/, which must be this build's).
+    #[arg(long, default_value_os_t = tallyho::harness::mutants::default_cuda_dir())]
+    cuda: PathBuf,
+    /// Fixture folder the fixture rows replay.
+    #[arg(long, default_value_os_t = fixtures::default_dir())]
+    fixtures: PathBuf,
+    /// (Internal) run one mutant, given as JSON, in this process.
+    #[arg(long, hide = true)]
+    apply: Option<String>,
+    /// (Internal) run the unmutated kernels through every group in this process.
+    #[arg(long, hide = true)]
+    baseline: bool,
 }
 
 #[derive(clap::Args)]
@@ -348,6 +409,162 @@ fn write(path: &PathBuf, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// `tallyho mutants` (see [`tallyho::harness::mutants`]).
+fn mutants(a: MutantsArgs) -> Result<()> {
+    use tallyho::harness::mutants::{self as mt, exit, RunOptions, Tree};
+    use tallyho::harness::verify;
+    let verify_opts = verify::Options {
+        cases: a.cases,
+        steps: a.steps,
+        seed: a.seed,
+        fixture_dir: a.fixtures.clone(),
+        only: Vec::new(),
+    };
+    if a.apply.is_some() || a.baseline {
+        // A mutant's own process: the exit status is the verdict (mutants::exit).
+        let mutant: Option<mt::Mutant> = match &a.apply {
+            Some(json) => {
+                Some(serde_json::from_str(json).context("--apply takes a mutant as JSON")?)
+            }
+            None => None,
+        };
+        let (code, line) = match (Gpu::new(), Tree::read(&a.cuda)) {
+            (Ok(gpu), Ok(tree)) => mt::run_one(&gpu, &tree, mutant.as_ref(), &verify_opts),
+            (Err(e), _) | (_, Err(e)) => (exit::SETUP, e.to_string()),
+        };
+        println!("{line}");
+        std::process::exit(code);
+    }
+    let tree = Tree::read(&a.cuda)?;
+    let mut all = mt::generate(&tree, a.per_file, a.seed);
+    if let Some(f) = &a.file {
+        all.retain(|m| m.file.contains(f.as_str()));
+        if all.is_empty() {
+            bail!("--file {f:?} matches no file of {} with a mutant: give part of a path under cuda/, e.g. replay_sample.cu or common/", a.cuda.display());
+        }
+    }
+    if let Some(spec) = &a.shard {
+        let parsed = spec
+            .split_once('/')
+            .and_then(|(k, n)| Some((k.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+            .filter(|&(k, n)| n > 0 && k < n);
+        let Some((k, n)) = parsed else {
+            bail!("--shard {spec:?} is not K/N with 0 <= K < N: e.g. --shard 0/2 and --shard 1/2");
+        };
+        all = all
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % n == k)
+            .map(|(_, m)| m)
+            .collect();
+    }
+    if a.list {
+        for m in &all {
+            println!("{}", m.describe());
+        }
+        println!("{} mutants", all.len());
+        return Ok(());
+    }
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let (arch, gpu_arch) = if a.compile_only {
+        (
+            Box::leak(a.arch.clone().into_boxed_str()) as &'static str,
+            None,
+        )
+    } else {
+        let gpu = Gpu::new().context(
+            "tallyho mutants runs the verify groups on a GPU (--list and --compile-only need none)",
+        )?;
+        (gpu.arch(), Some(gpu.name()))
+    };
+    eprintln!("mutants: {} planted in {} (at most {} a file, seed {}); compiling each for {arch} on {threads} threads", all.len(), a.cuda.display(), a.per_file, a.seed);
+    let (viable, mut outcomes) = mt::sort_viable(&tree, all, arch, threads);
+    eprintln!(
+        "  {} viable, {} refused by NVRTC",
+        viable.len(),
+        outcomes.len()
+    );
+    if let Some(device) = gpu_arch {
+        let ptx_cache = std::env::temp_dir().join("tallyho-ptx-cache");
+        std::fs::create_dir_all(&ptx_cache)
+            .with_context(|| format!("creating {}", ptx_cache.display()))?;
+        let exe = std::env::current_exe().context("finding this program to run each mutant")?;
+        let mut run = RunOptions {
+            exe: &exe,
+            args: vec![
+                "--cases".into(),
+                a.cases.to_string(),
+                "--steps".into(),
+                a.steps.to_string(),
+                "--seed".into(),
+                a.seed.to_string(),
+                "--cuda".into(),
+                a.cuda.display().to_string(),
+                "--fixtures".into(),
+                a.fixtures.display().to_string(),
+            ],
+            jobs: a.jobs,
+            timeout: std::time::Duration::from_secs(a.timeout.unwrap_or(3600)),
+            ptx_cache,
+        };
+        eprintln!("  baseline: the unmutated kernels through every group on {device}");
+        let base = mt::baseline(&run)?;
+        let timeout = a.timeout.unwrap_or(((base * 10.0) as u64).max(60));
+        run.timeout = std::time::Duration::from_secs(timeout);
+        eprintln!("  baseline passed in {base:.1} s; each mutant's process is killed (caught) after {timeout} s; {} at once", a.jobs);
+        let total = viable.len();
+        let ran = mt::run_all(&run, &viable, &|i, o| {
+            eprintln!(
+                "  [{}/{total}] {:>5.1} s  {}  {}",
+                i + 1,
+                o.seconds,
+                match &o.verdict {
+                    mt::Verdict::Missed => "MISSED".to_string(),
+                    mt::Verdict::Caught(why) => format!("caught ({why})"),
+                    mt::Verdict::Unviable(why) => format!("unviable ({why})"),
+                },
+                o.mutant.describe()
+            );
+        })?;
+        outcomes.extend(ran);
+        eprintln!(
+            "  baseline again (a device that broke midway would make every later verdict 'caught')"
+        );
+        mt::baseline(&run)?;
+    } else {
+        println!(
+            "{} mutants compile for {arch}; {} refused (unviable)",
+            viable.len(),
+            outcomes.len()
+        );
+        if let Some(p) = &a.json {
+            write(p, &serde_json::to_string_pretty(&viable)?)?;
+        }
+        return Ok(());
+    }
+    outcomes.sort_by(|x, y| {
+        (&x.mutant.file, x.mutant.line, x.mutant.col).cmp(&(
+            &y.mutant.file,
+            y.mutant.line,
+            y.mutant.col,
+        ))
+    });
+    let summary = mt::summarize(&outcomes);
+    if let Some(p) = &a.json {
+        write(
+            p,
+            &serde_json::to_string_pretty(
+                &serde_json::json!({"summary": summary, "outcomes": outcomes}),
+            )?,
+        )?;
+    }
+    print!("{}", mt::table(&summary));
+    if summary.score < a.min_score {
+        bail!("{:.1}% of viable mutants caught, below --min-score {:.1}%: strengthen the rows the survivors above reveal", 100.0 * summary.score, 100.0 * a.min_score);
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(args) => train(args)?,
@@ -517,6 +734,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
+        Command::Mutants(args) => mutants(args)?,
         Command::Info => {
             println!(
                 "CUDA driver library: {}",

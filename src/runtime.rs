@@ -83,8 +83,35 @@ pub fn cuda_include_dirs() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Compile one kernel source with NVRTC for `arch` (e.g. "sm_90").
+/// Compile one embedded kernel source with NVRTC for `arch` (e.g. "sm_90"). Where
+/// `$TALLYHO_PTX_CACHE` names a folder, the PTX is kept there by source hash and arch and
+/// read back instead of compiled (`tallyho mutants` runs a process per planted fault, each
+/// compiling only the file it changed).
 pub fn compile(kernel: &KernelSource, arch: &'static str) -> Result<Ptx> {
+    let Some(dir) = std::env::var_os("TALLYHO_PTX_CACHE") else {
+        return compile_source(kernel.name, kernel.source, arch);
+    };
+    let path = std::path::Path::new(&dir).join(format!(
+        "{}-{}-{arch}.ptx",
+        kernel.name,
+        &kernel.sha256[..16]
+    ));
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        return Ok(Ptx::from_src(text));
+    }
+    let ptx = compile_source(kernel.name, kernel.source, arch)?;
+    // A cache that cannot be written only costs the next process a compile; written to a
+    // temporary name and renamed, so a reader never sees half a file.
+    let tmp = path.with_extension(format!("ptx.{}", std::process::id()));
+    if std::fs::write(&tmp, ptx.to_src()).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
+    }
+    Ok(ptx)
+}
+
+/// Compile `source` as kernel file `name` with NVRTC for `arch`: the embedded sources, or
+/// another text of one of them (a planted fault of `tallyho mutants`).
+pub fn compile_source(name: &str, source: &str, arch: &'static str) -> Result<Ptx> {
     if !nvrtc_present() {
         return Err(Error::NoNvrtc);
     }
@@ -92,18 +119,18 @@ pub fn compile(kernel: &KernelSource, arch: &'static str) -> Result<Ptx> {
         arch: Some(arch),
         include_paths: cuda_include_dirs(),
         options: vec!["--std=c++17".into()],
-        name: Some(format!("{}.cu", kernel.name)),
+        name: Some(format!("{name}.cu")),
         ..Default::default()
     };
-    cudarc::nvrtc::compile_ptx_with_opts(kernel.source, opts).map_err(|e| match e {
+    cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| match e {
         CompileError::CompileError { options, log, .. } => Error::Compile {
-            kernel: kernel.name.to_string(),
+            kernel: name.to_string(),
             arch: arch.to_string(),
             options,
             log: log.to_string_lossy().into_owned(),
         },
         other => Error::Compile {
-            kernel: kernel.name.to_string(),
+            kernel: name.to_string(),
             arch: arch.to_string(),
             options: vec![],
             log: other.to_string(),
@@ -211,6 +238,17 @@ impl Gpu {
             .borrow_mut()
             .insert(kernel.name, module.clone());
         Ok(module)
+    }
+
+    /// Load `source` in place of the embedded kernel file `name` for this device's later
+    /// launches (its entry points must be the same): a planted fault of `tallyho mutants`.
+    pub fn replace_source(&self, name: &str, source: &str) -> Result<()> {
+        let kernel = kernel_source(name)?;
+        let module = self
+            .ctx
+            .load_module(compile_source(kernel.name, source, self.arch)?)?;
+        self.modules.borrow_mut().insert(kernel.name, module);
+        Ok(())
     }
 
     /// The entry point `e` (a constant of [`entry`]), compiling its module on first use.

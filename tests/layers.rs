@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// The layers, bottom first: a module may import its own layer's earlier entries and
 /// anything below.
 const LAYERS: &[&[&str]] = &[
-    &["error"],
+    &["error", "kernel_inline"],
     &["runtime", "tensor_file", "config"],
     &["graph", "gemm"],
     &[

@@ -5,5 +5,6 @@
 pub mod bench;
 pub mod bench_train;
 pub mod fixtures;
+pub mod mutants;
 pub mod parity;
 pub mod verify;
