@@ -123,3 +123,89 @@ mod gpu {
         common::assert_all(&comparisons);
     }
 }
+
+/// One element of a recorded output changed past any tolerance: the float of largest
+/// magnitude moved by 1 + 2|v| (a non-finite one made 0), or an integer plus one.
+fn perturb_one_element(dtype: safetensors::Dtype, data: &mut [u8]) {
+    use safetensors::Dtype;
+    fn largest<const W: usize>(data: &[u8], magnitude: impl Fn([u8; W]) -> f64) -> usize {
+        (0..data.len() / W)
+            .max_by(|&a, &b| {
+                let m = |i: usize| magnitude(data[i * W..(i + 1) * W].try_into().unwrap());
+                m(a).total_cmp(&m(b))
+            })
+            .unwrap_or(0)
+    }
+    let moved = |v: f64| {
+        if v.is_finite() {
+            v + (1.0 + 2.0 * v.abs())
+        } else {
+            0.0
+        }
+    };
+    match dtype {
+        Dtype::F32 => {
+            let i = largest::<4>(data, |b| f64::from(f32::from_le_bytes(b)).abs());
+            let v = f32::from_le_bytes(data[i * 4..i * 4 + 4].try_into().unwrap());
+            data[i * 4..i * 4 + 4].copy_from_slice(&(moved(f64::from(v)) as f32).to_le_bytes());
+        }
+        Dtype::F64 => {
+            let i = largest::<8>(data, |b| f64::from_le_bytes(b).abs());
+            let v = f64::from_le_bytes(data[i * 8..i * 8 + 8].try_into().unwrap());
+            data[i * 8..i * 8 + 8].copy_from_slice(&moved(v).to_le_bytes());
+        }
+        Dtype::I32 | Dtype::U32 => {
+            let v = u32::from_le_bytes(data[..4].try_into().unwrap());
+            data[..4].copy_from_slice(&v.wrapping_add(1).to_le_bytes());
+        }
+        other => panic!("no perturbation for a recorded {other:?} output"),
+    }
+}
+
+#[test]
+fn one_element_changed_in_any_recorded_output_fails_its_kernels_replay() {
+    use safetensors::tensor::{SafeTensors, TensorView};
+    let dir = temp_copy_of_fixtures("perturb-each");
+    let (mut tried, mut unnoticed) = (0, Vec::new());
+    for kernel in fixtures::kernels() {
+        let path = dir.join(format!("{kernel}.safetensors"));
+        let original = std::fs::read(&path).unwrap();
+        let st = SafeTensors::deserialize(&original).unwrap();
+        let tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+            .collect();
+        for (target, ..) in tensors.iter().filter(|(n, ..)| n.contains("/out/")) {
+            let mut changed = tensors.clone();
+            let (_, dtype, _, data) = changed.iter_mut().find(|(n, ..)| n == target).unwrap();
+            if data.is_empty() {
+                continue;
+            }
+            perturb_one_element(*dtype, data);
+            let views: Vec<(String, TensorView)> = changed
+                .iter()
+                .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+                .collect();
+            std::fs::write(&path, safetensors::serialize(views, &None).unwrap()).unwrap();
+            tried += 1;
+            let noticed = match fixtures::check_kernels(&dir, Replayer::Oracle, |k| k == kernel) {
+                Ok(pairs) => pairs.iter().any(|(_, c)| !c.passed()),
+                // A replay that refuses the recording (an index out of range) noticed it too.
+                Err(_) => true,
+            };
+            if !noticed {
+                unnoticed.push(format!("{kernel}: {target}"));
+            }
+        }
+        std::fs::write(&path, &original).unwrap();
+    }
+    eprintln!("{tried} recorded outputs perturbed");
+    assert!(tried > 100, "{tried}");
+    assert!(
+        unnoticed.is_empty(),
+        "outputs whose one changed element no replay noticed:\n{}",
+        unnoticed.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -188,16 +188,20 @@ pub fn compare_env_states(got: &EnvState, want: &EnvState) -> Vec<Comparison> {
     ]
 }
 
+/// The Q-forward input `x` of `states` (rows of `width`): each row and a ones column.
+pub fn forward_input(states: &[f32], width: usize) -> Vec<f32> {
+    states
+        .chunks_exact(width.max(1))
+        .flat_map(|r| r.iter().copied().chain([1.0]))
+        .collect()
+}
+
 /// `state_gather`: states and the Q-forward input (states plus a ones column), bitwise.
 pub fn check_state_gather(gpu: &Gpu, case: &EnvCase) -> Result<Vec<Comparison>> {
     let mut s = EnvSetup::new(gpu, case)?;
     s.env.state_gather()?;
     let want = spec::state_gather(&s.cfg, &s.market, &s.state);
-    let width = s.market.state_dim();
-    let want_x: Vec<f32> = want
-        .chunks_exact(width)
-        .flat_map(|r| r.iter().copied().chain([1.0]))
-        .collect();
+    let want_x = forward_input(&want, s.market.state_dim());
     Ok(vec![
         compare_bitwise("states", &s.env.read_states()?, &want),
         compare_bitwise("x", &s.env.read_x()?, &want_x),
