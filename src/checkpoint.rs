@@ -241,7 +241,16 @@ impl Checkpoint {
         })?;
         let shown = path.display();
         let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| {
-            Error::Checkpoint(format!("{shown} is not a safetensors file ({e}): point --resume at a checkpoint of tallyho train"))
+            Error::Checkpoint(format!(
+                "{shown} is not a safetensors file ({e}; {} bytes): it was cut short or altered, or is not a checkpoint; point --resume (or tallyho eval) at a checkpoint of tallyho train (an older one of the run if this one is damaged)",
+                bytes.len()
+            ))
+        })?;
+        SafeTensors::deserialize(&bytes).map_err(|e| {
+            Error::Checkpoint(format!(
+                "{shown} is damaged ({e}; {} bytes): it was cut short or altered; resume from an older checkpoint of the run",
+                bytes.len()
+            ))
         })?;
         let json = meta
             .metadata()
@@ -263,6 +272,14 @@ impl Checkpoint {
                 header.format, header.version
             )));
         }
+        header
+            .config
+            .validate(header.market.feature_dim)
+            .map_err(|e| {
+                Error::Checkpoint(format!(
+                    "{shown}: its config is refused ({e}): the file is damaged or was edited; resume from another checkpoint of the run"
+                ))
+            })?;
         Ok(Checkpoint {
             path: path.to_path_buf(),
             header,
@@ -291,20 +308,22 @@ impl Checkpoint {
         let id = MarketId::of(market, source);
         let saved = &self.header.market;
         if (id.bars, id.feature_dim, &id.digest) != (saved.bars, saved.feature_dim, &saved.digest) {
+            let short = |d: &str| d.chars().take(12).collect::<String>();
             return Err(Error::Checkpoint(format!(
                 "{} trained on {} ({} bars, {} features, digest {}), not on {} ({} bars, {} features, digest {}): resume with --data {}",
                 self.path.display(),
                 saved.source,
                 saved.bars,
                 saved.feature_dim,
-                &saved.digest[..12.min(saved.digest.len())],
+                short(&saved.digest),
                 id.source,
                 id.bars,
                 id.feature_dim,
-                &id.digest[..12],
+                short(&id.digest),
                 saved.source
             )));
         }
+        self.check_sizes()?;
         let mut o = OracleTrainer::new(&self.header.config, market)
             .map_err(|e| Error::Checkpoint(format!("{}: {e}", self.path.display())))?;
         self.restore_into(&mut o)?;
@@ -322,18 +341,55 @@ impl Checkpoint {
     }
 
     fn tensors(&self) -> Result<SafeTensors<'_>> {
-        SafeTensors::deserialize(&self.bytes)
-            .map_err(|e| Error::Checkpoint(format!("{}: {e}", self.path.display())))
+        SafeTensors::deserialize(&self.bytes).map_err(|e| {
+            Error::Checkpoint(format!(
+                "{} is damaged ({e}): resume from an older checkpoint of the run",
+                self.path.display()
+            ))
+        })
+    }
+
+    /// The tensors whose lengths the config sets most of the state by (the networks, the
+    /// envs, the replay's tree) hold the values the config says, checked before a trainer of
+    /// that config is allocated: a damaged header cannot make it allocate the replay of
+    /// another size.
+    fn check_sizes(&self) -> Result<()> {
+        let st = self.tensors()?;
+        let cfg = &self.header.config;
+        let sizes = [
+            ("online", tallyho_oracle::qnet::param_count(&cfg.qnet), 4),
+            ("env.bar", cfg.env.envs, 4),
+            ("replay.tree", 2 * cfg.replay.leaves(), 4),
+        ];
+        for (name, len, size) in sizes {
+            let found = st.tensor(name).map(|v| v.data().len() / size).map_err(|e| {
+                Error::Checkpoint(format!(
+                    "{}: tensor {name} is missing or unreadable ({e}): the file is damaged or not a checkpoint of tallyho train",
+                    self.path.display()
+                ))
+            })?;
+            if found != len {
+                return Err(self.length_mismatch(name, found, len));
+            }
+        }
+        Ok(())
+    }
+
+    fn length_mismatch(&self, name: &str, found: usize, len: usize) -> Error {
+        Error::Checkpoint(format!(
+            "{}: tensor {name} has {found} values, its config says {len}: the file is damaged or its header is of another run; resume from another checkpoint of the run",
+            self.path.display()
+        ))
     }
 
     fn get<T: Element>(&self, st: &SafeTensors, name: &str, len: usize) -> Result<Vec<T>> {
-        let v: Vec<T> = read(st, name, &self.path.display().to_string())?;
+        let v: Vec<T> = read(st, name, &self.path.display().to_string()).map_err(|e| {
+            Error::Checkpoint(format!(
+                "{e}: the file is damaged or not a checkpoint of this tallyho; resume from another checkpoint of the run"
+            ))
+        })?;
         if v.len() != len {
-            return Err(Error::Checkpoint(format!(
-                "{}: tensor {name} has {} values, its config says {len}: the file is damaged or of another run",
-                self.path.display(),
-                v.len()
-            )));
+            return Err(self.length_mismatch(name, v.len(), len));
         }
         Ok(v)
     }

@@ -25,12 +25,12 @@ pub fn overrides(file: Option<&Path>, sets: &[String], shape: &Table) -> Result<
         })?;
         let parsed: Table = toml::from_str(&text)
             .map_err(|e| Error::Settings(format!("{} is not valid TOML: {e}", path.display())))?;
-        check(&parsed, shape, "", &path.display().to_string())?;
+        check(&parsed, shape, shape, "", &path.display().to_string())?;
         merge(&mut table, parsed);
     }
     for set in sets {
         let one = parse_set(set)?;
-        check(&one, shape, "", &format!("--set {set}"))?;
+        check(&one, shape, shape, "", &format!("--set {set}"))?;
         merge(&mut table, one);
     }
     Ok(table)
@@ -67,8 +67,10 @@ fn parse_set(set: &str) -> Result<Table> {
     }
 }
 
-/// Every key of `given` exists in `shape` at the same path, with a value of its type.
-fn check(given: &Table, shape: &Table, prefix: &str, origin: &str) -> Result<()> {
+/// Every key of `given` exists in `shape` (the part of `root`, the whole config's table, at
+/// `prefix`) at the same path, with a value of its type that the key can hold (an integer
+/// in the range of its type, a list of the elements it takes).
+fn check(given: &Table, root: &Table, shape: &Table, prefix: &str, origin: &str) -> Result<()> {
     for (key, value) in given {
         let path = format!("{prefix}{key}");
         let Some(want) = shape.get(key) else {
@@ -84,8 +86,8 @@ fn check(given: &Table, shape: &Table, prefix: &str, origin: &str) -> Result<()>
             )));
         };
         match (want, value) {
-            (Value::Table(w), Value::Table(v)) => check(v, w, &format!("{path}."), origin)?,
-            (w, v) if same_kind(w, v) => {}
+            (Value::Table(w), Value::Table(v)) => check(v, root, w, &format!("{path}."), origin)?,
+            (w, v) if same_kind(w, v) => fits(root, &path, v, w, origin)?,
             (w, v) => {
                 return Err(Error::Settings(format!(
                     "{origin}: {path} = {v} is {}, but {path} takes {} (the default is {w})",
@@ -96,6 +98,64 @@ fn check(given: &Table, shape: &Table, prefix: &str, origin: &str) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// Keys that size a backend's preset (`train::Preset::config`) before the config is
+/// validated, with their bound (the one `TrainConfig::validate` holds them to) and its fix.
+const BOUNDED: [(&str, i64, &str); 1] = [("env.envs", 1 << 24, "lower --envs")];
+
+/// `value` at `path` (`section.key`) is one the config can hold: the whole config's table
+/// `root` with it set reads back as a [`TrainConfig`]. Refused naming the key, the value,
+/// what the key takes and its default `want`.
+fn fits(root: &Table, path: &str, value: &Value, want: &Value, origin: &str) -> Result<()> {
+    let mut t = root.clone();
+    let mut node = &mut t;
+    let keys: Vec<&str> = path.split('.').collect();
+    let Some((last, sections)) = keys.split_last() else {
+        return Ok(());
+    };
+    for key in sections {
+        match node.get_mut(*key) {
+            Some(Value::Table(inner)) => node = inner,
+            _ => return Ok(()),
+        }
+    }
+    if let (Some(&(_, max, fix)), Some(v)) = (
+        BOUNDED.iter().find(|(key, _, _)| *key == path),
+        value.as_integer(),
+    ) {
+        if v > max {
+            return Err(Error::Settings(format!(
+                "{origin}: {path} = {v} is above {max}, the most it can be: {fix}"
+            )));
+        }
+    }
+    node.insert(last.to_string(), value.clone());
+    match Value::Table(t).try_into::<TrainConfig>() {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let why = e.to_string();
+            let why = why.lines().next().unwrap_or("").trim();
+            Err(Error::Settings(format!(
+                "{origin}: {path} = {value} is not a value {path} can hold ({why}): give {} (the default is {want})",
+                takes(why)
+            )))
+        }
+    }
+}
+
+/// What a key takes, from serde's `expected ...` of its refusal.
+fn takes(why: &str) -> &'static str {
+    let expected = why.rsplit("expected ").next().unwrap_or("");
+    let ty = expected.split(|c: char| !c.is_ascii_alphanumeric()).next();
+    match ty.unwrap_or("") {
+        "usize" | "u64" => "an integer from 0 to 18446744073709551615",
+        "u32" => "an integer from 0 to 4294967295",
+        "i32" => "an integer from -2147483648 to 2147483647",
+        "f32" | "f64" => "a number",
+        "a" if expected.starts_with("a boolean") => "true or false",
+        _ => "a value of the key's type",
+    }
 }
 
 fn same_kind(want: &Value, got: &Value) -> bool {

@@ -77,19 +77,22 @@ pub fn tensor<T: Element>(v: &[T]) -> Tensor {
     }
 }
 
-/// Tensor `name` of `st` as a vector of `T`; `origin` (the file, say) names it in errors.
-pub fn read<T: Element>(st: &SafeTensors, name: &str, origin: &str) -> Result<Vec<T>> {
-    let v = st.tensor(name).map_err(|e| {
-        Error::Fixture(format!(
-            "{origin}: tensor {name} is missing or unreadable: {e}"
-        ))
-    })?;
+/// Tensor `name` of `st` as a vector of `T`; `origin` (the file, say) names it in the
+/// error, which the caller turns into its own, with its fix.
+pub fn read<T: Element>(
+    st: &SafeTensors,
+    name: &str,
+    origin: &str,
+) -> std::result::Result<Vec<T>, String> {
+    let v = st
+        .tensor(name)
+        .map_err(|e| format!("{origin}: tensor {name} is missing or unreadable ({e})"))?;
     if v.dtype() != T::DTYPE {
-        return Err(Error::Fixture(format!(
+        return Err(format!(
             "{origin}: tensor {name} is {:?}, expected {:?}",
             v.dtype(),
             T::DTYPE
-        )));
+        ));
     }
     Ok(decode(v.data()))
 }

@@ -75,6 +75,15 @@ impl ReplayConfig {
                 return Err(ConfigError::Zero { name });
             }
         }
+        if self.batch > MAX_CAPACITY / 4 {
+            return Err(ConfigError::OutOfRange {
+                name: "batch",
+                value: self.batch as f64,
+                range: "[1, 2^28]",
+                fix:
+                    "lower replay.batch: the replay holds at least 4 batches and at most 2^30 rows",
+            });
+        }
         if self.capacity < 4 * self.batch {
             return Err(ConfigError::CapacityBelowFourBatches {
                 capacity: self.capacity,

@@ -277,7 +277,7 @@ mod tests {
         cfg.qnet.gamma = 1.5;
         assert_eq!(
             refusal(&cfg),
-            "qnet.gamma = 1.5 is outside [0, 1]: use a discount such as 0.99"
+            "qnet.gamma = 1.5 is outside (0, 1]: use a discount such as 0.99"
         );
         let mut cfg = TrainConfig::default();
         cfg.qnet.n_step = 300;

@@ -553,7 +553,7 @@ fn config_errors_name_the_value_and_the_fix() {
             gamma: 1.5,
             ..d.clone()
         }),
-        "gamma = 1.5 is outside [0, 1]: use a discount such as 0.99"
+        "gamma = 1.5 is outside (0, 1]: use a discount such as 0.99"
     );
     assert!(msg(QNetConfig {
         v_min: 1.0,

@@ -14,7 +14,7 @@ use super::{fields, lines, number, read, Bars, Builder, MarketError, Row, CSV_TI
 /// `bid,ask,bid_size,ask_size`. Without them the quote is close -/+ [`CSV_TICK`](super::CSV_TICK) / 2 with
 /// sizes 1. A timestamp is an integer, epoch seconds below [`EPOCH_SECONDS_BELOW`](super::EPOCH_SECONDS_BELOW) and epoch
 /// milliseconds otherwise, or `YYYY-MM-DD HH:MM[:SS]` or `YYYY-MM-DDTHH:MM:SS[Z]` (read as
-/// UTC-naive). Blank lines are skipped. Other columns are ignored; a column the loader reads
+/// UTC-naive), from 1970 to 9999. Blank lines are skipped. Other columns are ignored; a column the loader reads
 /// may appear only once. Fields are split at every comma, without quoting. docs/DATA.md
 /// gives the schema with units.
 pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
@@ -76,13 +76,19 @@ pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
     let mut b = Builder::default();
     for (line, row) in rows {
         let f = fields(&file, line, row, names.len())?;
-        let time = parse_time(f[t]).ok_or_else(|| MarketError::BadNumber {
+        let bad_time = |expected| MarketError::BadNumber {
             file: file.clone(),
             line,
             column: "timestamp",
             field: f[t].into(),
-            expected: "epoch seconds, epoch ms, YYYY-MM-DD HH:MM[:SS] or YYYY-MM-DDTHH:MM:SS[Z]",
+            expected,
+        };
+        let time = parse_time(f[t]).ok_or_else(|| {
+            bad_time("epoch seconds, epoch ms, YYYY-MM-DD HH:MM[:SS] or YYYY-MM-DDTHH:MM:SS[Z]")
         })?;
+        if !(0..LAST_TIME_MS).contains(&time) {
+            return Err(bad_time("a time from 1970-01-01 to 9999-12-31 (an integer below 1e11 is epoch seconds, else epoch ms)"));
+        }
         let num = |i: usize, column| number(&file, line, column, f[i]);
         let close = num(c, "close")?;
         let [bid, ask, bid_size, ask_size] = match quote {
@@ -126,6 +132,9 @@ pub fn load_csv(path: &Path) -> Result<Bars, MarketError> {
     }
     Ok(b.bars)
 }
+
+/// 10000-01-01 00:00 in epoch ms: CSV times are before it, and not before 1970.
+const LAST_TIME_MS: i64 = 253_402_300_800_000;
 
 /// The first column the loader reads that the header names twice.
 fn duplicate(names: &[String]) -> Option<&str> {

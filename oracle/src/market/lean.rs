@@ -57,8 +57,8 @@ use std::path::{Path, PathBuf};
 
 use super::time::{civil_date, civil_from_days, parse_date};
 use super::{
-    check_price, check_quantity, check_time, fields, lines, number, Bars, Builder, MarketError,
-    Row, MS_PER_DAY, MS_PER_MINUTE,
+    check_price, check_quantity, check_time, fields, lines, number, text, Bars, Builder,
+    MarketError, Row, MS_PER_DAY, MS_PER_MINUTE,
 };
 
 /// LEAN equity prices are integers in units of 1/10000 of a dollar ("deci-cents").
@@ -301,14 +301,16 @@ fn read_zip(path: &Path) -> Result<Vec<(String, String)>, MarketError> {
         if !entry.name().ends_with(".csv") {
             continue;
         }
-        let mut text = String::new();
+        let shown = format!("{}/{}", path.display(), entry.name());
+        let mut bytes = Vec::new();
         entry
-            .read_to_string(&mut text)
+            .read_to_end(&mut bytes)
             .map_err(|err| MarketError::Read {
-                path: format!("{}/{}", path.display(), entry.name()),
+                path: shown.clone(),
                 err,
             })?;
-        out.push((entry.name().to_string(), text));
+        let fix = "LEAN CSVs are text: replace the zip with an intact copy";
+        out.push((entry.name().to_string(), text(shown, bytes, fix)?));
     }
     Ok(out)
 }
@@ -351,12 +353,21 @@ fn trade_csvs(zip: &Path, day: i64) -> Result<Vec<TradeCsv>, MarketError> {
     let date = civil_date(day);
     let mut out = Vec::new();
     for (name, text) in read_zip(zip)? {
-        let (symbol, contract) =
-            parse_trade_name(&name, &date).ok_or_else(|| MarketError::BadEntryName {
-                zip: zip.display().to_string(),
-                entry: name.clone(),
-                date: date.clone(),
-            })?;
+        let Some((symbol, contract)) = parse_trade_name(&name, &date) else {
+            return Err(misnamed(zip, &name, &date));
+        };
+        if let Some(c) = &contract {
+            let month = c
+                .get(..6)
+                .is_some_and(|m| m.bytes().all(|b| b.is_ascii_digit()));
+            if !month {
+                return Err(MarketError::BadContract {
+                    zip: zip.display().to_string(),
+                    entry: name,
+                    contract: c.clone(),
+                });
+            }
+        }
         out.push(TradeCsv {
             name,
             symbol,
@@ -373,6 +384,26 @@ fn trade_csvs(zip: &Path, day: i64) -> Result<Vec<TradeCsv>, MarketError> {
         });
     }
     Ok(out)
+}
+
+/// Why an entry is not a LEAN minute trade CSV of the zip's day: another resolution, or a
+/// name of another form.
+fn misnamed(zip: &Path, name: &str, date: &str) -> MarketError {
+    let resolution = ["second", "tick", "hour", "daily"]
+        .into_iter()
+        .find(|r| name.contains(&format!("_{r}_")));
+    match resolution {
+        Some(r) => MarketError::WrongResolution {
+            zip: zip.display().to_string(),
+            entry: name.to_string(),
+            resolution: r,
+        },
+        None => MarketError::BadEntryName {
+            zip: zip.display().to_string(),
+            entry: name.to_string(),
+            date: date.to_string(),
+        },
+    }
 }
 
 /// The asset class and symbol of a day's trade CSVs: all futures of one symbol, or a single

@@ -92,6 +92,12 @@ impl fmt::Display for EpochMs {
 pub enum MarketError {
     #[error("cannot read {path}: {err}: check that it exists and is readable")]
     Read { path: String, err: std::io::Error },
+    #[error("{path} is not UTF-8 text (invalid byte at offset {offset}): {fix}")]
+    NotText {
+        path: String,
+        offset: usize,
+        fix: &'static str,
+    },
     #[error("cannot write {path}: {err}: check that its folder exists and is writable")]
     Write { path: String, err: std::io::Error },
     #[error("{path} is not a readable zip archive ({err}): replace it with an intact copy")]
@@ -122,6 +128,22 @@ pub enum MarketError {
         zip: String,
         entry: String,
         date: String,
+    },
+    #[error(
+        "{zip}: entry `{entry}` is LEAN {resolution} data: only minute data is read; pass a folder of minute zips (LEAN's .../minute/<symbol>/)"
+    )]
+    WrongResolution {
+        zip: String,
+        entry: String,
+        resolution: &'static str,
+    },
+    #[error(
+        "{zip}: entry `{entry}` names contract `{contract}`, which does not start with its expiry month YYYYMM (ES December 2013: 201312): only LEAN equity and futures minute data is read (not options); rename the entry or remove the zip"
+    )]
+    BadContract {
+        zip: String,
+        entry: String,
+        contract: String,
     },
     #[error("{other} ({other_kind}) does not go with {first} ({first_kind}): load one symbol of one asset class per folder, with one CSV per equity trade zip or one CSV per contract in a futures trade zip")]
     MixedLean {
@@ -507,9 +529,23 @@ fn number(file: &str, line: usize, column: &'static str, field: &str) -> Result<
 }
 
 fn read(path: &Path) -> Result<String, MarketError> {
-    fs::read_to_string(path).map_err(|err| MarketError::Read {
+    let bytes = fs::read(path).map_err(|err| MarketError::Read {
         path: path.display().to_string(),
         err,
+    })?;
+    text(
+        path.display().to_string(),
+        bytes,
+        "give a comma-separated text file (is it a spreadsheet, a compressed file or a binary?)",
+    )
+}
+
+/// `bytes` as UTF-8 text; else an error naming `path`, the first bad byte and `fix`.
+fn text(path: String, bytes: Vec<u8>, fix: &'static str) -> Result<String, MarketError> {
+    String::from_utf8(bytes).map_err(|e| MarketError::NotText {
+        path,
+        offset: e.utf8_error().valid_up_to(),
+        fix,
     })
 }
 

@@ -59,7 +59,7 @@ pub(super) fn parse_date(s: &str) -> Option<i64> {
 /// A CSV timestamp in epoch ms; see [`load_csv`](super::load_csv) for the accepted forms.
 pub(super) fn parse_time(s: &str) -> Option<i64> {
     if let Ok(v) = s.parse::<i64>() {
-        return Some(if v.abs() < EPOCH_SECONDS_BELOW {
+        return Some(if v.unsigned_abs() < EPOCH_SECONDS_BELOW.unsigned_abs() {
             v * 1000
         } else {
             v

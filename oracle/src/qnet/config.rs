@@ -6,6 +6,10 @@ use crate::action::ACTION_BRANCHES;
 use crate::config::{require, ConfigError};
 use crate::transition::MAX_N_STEP;
 
+/// The largest layer width, atom count or state width a config may ask for: far above any
+/// network trained here, and low enough that the parameter count cannot overflow.
+pub const MAX_WIDTH: usize = 1 << 16;
+
 /// Sizes and constants of the Q-network, its loss and its optimizer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -28,7 +32,7 @@ pub struct QNetConfig {
     pub v_min: f32,
     /// Highest atom of the C51 support (unused when NA = 1).
     pub v_max: f32,
-    /// Discount per step, in [0, 1]: the n-step returns' gamma (the transition stage's). The
+    /// Discount per step, in (0, 1]: the n-step returns' gamma (the transition stage's). The
     /// loss does not read it: each replay row carries its own bootstrap discount (gamma^k, or
     /// 0 after a terminal).
     pub gamma: f32,
@@ -99,6 +103,23 @@ impl QNetConfig {
                 return Err(ConfigError::Zero { name });
             }
         }
+        let widths = [
+            ("state_dim", self.state_dim),
+            ("h1", self.h1),
+            ("h2", self.h2),
+            ("value_hidden", self.value_hidden),
+            ("adv_hidden", self.adv_hidden),
+            ("atoms", self.atoms),
+        ];
+        for (name, v) in widths {
+            require(
+                v <= MAX_WIDTH,
+                name,
+                v as f64,
+                "[1, 65536]",
+                "use a width of at most 65536 (the defaults are 256 wide, 51 atoms)",
+            )?;
+        }
         if self.branches.contains(&0) {
             return Err(ConfigError::Zero {
                 name: "an action count in branches",
@@ -124,10 +145,10 @@ impl QNetConfig {
         require(self.n_step as usize <= MAX_N_STEP, "n_step", self.n_step, "[1, 256]", "use a window of at most 256 steps (n-step returns use a few, e.g. 3)")?;
         let (g, k, lr) = (self.gamma, self.huber_kappa, self.lr);
         require(
-            (0.0..=1.0).contains(&g),
+            g > 0.0 && g <= 1.0,
             "gamma",
             g,
-            "[0, 1]",
+            "(0, 1]",
             "use a discount such as 0.99",
         )?;
         require(
