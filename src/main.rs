@@ -94,12 +94,50 @@ enum Command {
         #[arg(long)]
         data: Option<PathBuf>,
     },
+    /// Run two paths of the training step side by side and report the first step, stage,
+    /// buffer and element where they part: fast (graph, fused) against slow (eager,
+    /// unfused) by default. Exits 1 where they part, 0 where they agree.
+    Diverge(DivergeArgs),
     /// Mutation testing of the kernels: plant faults in cuda/ one at a time, run the verify
     /// groups covering each on the GPU, and report caught / missed and the score. Exits
     /// non-zero below --min-score. --list and --compile-only need no GPU.
     Mutants(MutantsArgs),
     /// What this machine offers: driver, NVRTC, device.
     Info,
+}
+
+#[derive(clap::Args)]
+struct DivergeArgs {
+    /// The first side: `fast` (CUDA: graph, fused reward and experience step), `slow` (CUDA:
+    /// eager, unfused), `cuda:OPTIONS` (comma-separated: graph|eager, fused|unfused (the
+    /// reward), one-launch|unfused-experience, overlap), `cpu` (the oracle trainer), or
+    /// `recorded:FILE` (a run --record wrote).
+    #[arg(long, default_value = "fast")]
+    a: String,
+    /// The second side, as --a.
+    #[arg(long, default_value = "slow")]
+    b: String,
+    /// Steps to run at most.
+    #[arg(long, default_value_t = 100)]
+    steps: u64,
+    /// A folder of LEAN minute zips or a headed CSV; none: the synthetic check market.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Seed of the envs, the network and the replay.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Plant a fault (a test of the finder): STAGE@STEP moves the first element of STAGE's
+    /// output from step STEP on, in side a (STAGE@STEP@b: in side b). Stages: state_gather,
+    /// acting, env_step, reward, replay_sample, qnet_loss, optimizer, target_sync.
+    #[arg(long)]
+    fault: Option<String>,
+    /// Write side a's traces, step by step, to this file (compare another build's run with
+    /// it as `--b recorded:FILE`).
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Write the outcome as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -407,6 +445,119 @@ fn train(a: TrainArgs) -> Result<()> {
 
 fn write(path: &PathBuf, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A side of `tallyho diverge` from its spelling (see DivergeArgs).
+fn diverge_side(spec: &str) -> Result<tallyho::harness::diverge::Side> {
+    use tallyho::experience::ExperiencePath;
+    use tallyho::harness::diverge::{CudaPaths, Side};
+    use tallyho::reward::RewardPath;
+    Ok(match spec {
+        "fast" | "cuda" => Side::Cuda(CudaPaths::FAST),
+        "slow" => Side::Cuda(CudaPaths::SLOW),
+        "cpu" => Side::Cpu,
+        _ => {
+            if let Some(file) = spec.strip_prefix("recorded:") {
+                return Ok(Side::Recorded(PathBuf::from(file)));
+            }
+            let Some(options) = spec.strip_prefix("cuda:") else {
+                bail!("side {spec:?} is not one of fast, slow, cpu, cuda:OPTIONS or recorded:FILE");
+            };
+            let mut p = CudaPaths::FAST;
+            for o in options.split(',').filter(|o| !o.is_empty()) {
+                match o {
+                    "graph" => p.graphs = true,
+                    "eager" => p.graphs = false,
+                    "fused" => p.reward = RewardPath::Fused,
+                    "unfused" => p.reward = RewardPath::Unfused,
+                    "one-launch" => p.experience = ExperiencePath::Fused,
+                    "unfused-experience" => p.experience = ExperiencePath::Unfused,
+                    "overlap" => p.overlap = true,
+                    other => bail!("cuda option {other:?} in {spec:?} is not one of graph, eager, fused, unfused, one-launch, unfused-experience, overlap"),
+                }
+            }
+            Side::Cuda(p)
+        }
+    })
+}
+
+/// `tallyho diverge` (see [`tallyho::harness::diverge`]).
+fn diverge(a: DivergeArgs) -> Result<()> {
+    use tallyho::harness::diverge::{self as dv, Side};
+    use tallyho::harness::parity::trainer::{small_config, small_market};
+    use tallyho_oracle::trainer::trace::Fault;
+    let sides = [diverge_side(&a.a)?, diverge_side(&a.b)?];
+    let mut faults = [None, None];
+    if let Some(spec) = &a.fault {
+        let parts: Vec<&str> = spec.split('@').collect();
+        let (stage, step, side) = match parts.as_slice() {
+            [stage, step] => (*stage, *step, "a"),
+            [stage, step, side] => (*stage, *step, *side),
+            _ => bail!("--fault {spec:?} is not STAGE@STEP or STAGE@STEP@SIDE (e.g. reward@10, reward@10@b)"),
+        };
+        let step: u64 = step
+            .parse()
+            .with_context(|| format!("--fault {spec:?}: the step {step:?} is not a step number"))?;
+        let i = match side {
+            "a" => 0,
+            "b" => 1,
+            other => bail!("--fault {spec:?}: side {other:?} is not a or b"),
+        };
+        faults[i] = Some(Fault::new(stage, step, 1.0).map_err(anyhow::Error::msg)?);
+    }
+    if a.steps == 0 {
+        bail!("--steps 0 compares nothing: give at least 1");
+    }
+    let market = match &a.data {
+        Some(path) => tallyho::env::load_market(Some(path))?,
+        None => small_market()?,
+    };
+    let mut cfg = small_config(market.feature_dim);
+    (cfg.env.seed, cfg.qnet.seed, cfg.replay.seed) = (a.seed, a.seed, a.seed);
+    let needs_gpu = sides.iter().any(|s| matches!(s, Side::Cuda(_)));
+    let gpu = if needs_gpu {
+        Some(
+            Gpu::new()
+                .context("a cuda side runs on a GPU (cpu against recorded:FILE needs none)")?,
+        )
+    } else {
+        None
+    };
+    eprintln!(
+        "diverge: {} against {}, up to {} steps of {} envs",
+        sides[0], sides[1], a.steps, cfg.env.envs
+    );
+    let outcome = dv::diverge(
+        gpu.as_ref(),
+        &cfg,
+        &market,
+        [&sides[0], &sides[1]],
+        faults,
+        a.steps,
+        a.record.as_deref(),
+    )?;
+    if let Some(p) = &a.json {
+        let d = outcome.divergence.as_ref().map(|d| {
+            serde_json::json!({
+                "step": d.step, "stage": d.stage, "buffer": d.buffer, "element": d.element,
+                "a": d.a, "b": d.b, "error": d.error, "bound": d.bound, "tolerance": d.tolerance,
+            })
+        });
+        write(
+            p,
+            &serde_json::to_string_pretty(&serde_json::json!({
+                "a": outcome.a, "b": outcome.b, "steps": outcome.steps, "divergence": d,
+            }))?,
+        )?;
+    }
+    if let Some(p) = &a.record {
+        println!("recorded {}'s traces in {}", outcome.a, p.display());
+    }
+    println!("{outcome}");
+    if outcome.divergence.is_some() {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 /// `tallyho mutants` (see [`tallyho::harness::mutants`]).
@@ -735,6 +886,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Mutants(args) => mutants(args)?,
+        Command::Diverge(args) => diverge(args)?,
         Command::Info => {
             println!(
                 "CUDA driver library: {}",

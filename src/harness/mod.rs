@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod bench_train;
+pub mod diverge;
 pub mod fixtures;
 pub mod mutants;
 pub mod parity;

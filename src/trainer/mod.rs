@@ -12,6 +12,7 @@
 //! counts) lives in device memory and is advanced by kernels, so the captured step replays.
 //! The metrics are read every K steps by [`Backend::take_metrics`], outside the replay.
 
+mod fault;
 mod metrics;
 mod readback;
 
@@ -71,6 +72,8 @@ pub struct CudaTrainer {
     /// The host mirror of the whole state ([`Backend::state`]) and the step it was copied at.
     mirror: Option<Box<OracleTrainer>>,
     mirror_at: Option<u64>,
+    /// A planted fault (tests of `tallyho diverge`; see `fault`): None in every run.
+    fault: Option<tallyho_oracle::trainer::trace::Fault>,
 }
 
 /// `to` waits for the work queued on `from` so far (nothing where they are one stream).
@@ -139,6 +142,7 @@ impl CudaTrainer {
             replay: ReplayBuffer::new(&learner, &cfg.replay, n)?,
             metrics,
             graphs: true,
+            fault: None,
             steps: 0,
             inserted: 0,
             slots: [
@@ -213,12 +217,18 @@ impl CudaTrainer {
         let learn = kind == StepKind::Learn;
         if learn {
             self.replay.sample()?;
+            self.planted("replay_sample")?;
             self.replay.gather()?;
             self.net
                 .gradients(&self.replay.batch, &self.replay.weights)?;
+            self.planted("qnet_loss")?;
         }
         self.phase_experience()?;
+        for stage in ["state_gather", "acting", "env_step"] {
+            self.planted(stage)?;
+        }
         self.phase_reward()?;
+        self.planted("reward")?;
         hand_over(&self.acted, &self.main, &self.learner)?;
         if learn {
             self.finish_update()?;
@@ -236,8 +246,10 @@ impl CudaTrainer {
     /// metrics.
     fn finish_update(&mut self) -> Result<()> {
         self.net.optimize()?;
+        self.planted("optimizer")?;
         self.replay.update_priorities(&self.net.priorities)?;
         self.phase_sync()?;
+        self.planted("target_sync")?;
         self.metrics
             .update(self.net.loss_buffer(), self.net.opt.ctl_buffer())
     }

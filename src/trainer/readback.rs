@@ -4,7 +4,9 @@
 use super::CudaTrainer;
 use crate::error::{Error, Result};
 use tallyho_oracle::optimizer::AdamState;
-use tallyho_oracle::trainer::OracleTrainer;
+use tallyho_oracle::schedule::StepKind;
+use tallyho_oracle::trainer::trace::{step_trace, Trace};
+use tallyho_oracle::trainer::{OracleTrainer, StepRecord, UpdateRecord};
 
 impl CudaTrainer {
     /// Overwrite `o`'s training state (envs, reward state, n-step ring, replay, both
@@ -27,6 +29,46 @@ impl CudaTrainer {
         };
         o.epsilon_step = self.env.epsilon.read_step()?;
         Ok(())
+    }
+
+    /// The trace of the step of `kind` just run ([`tallyho_oracle::trainer::trace`]): its
+    /// state read into `view`, its outputs read back as the oracle's step record. One update
+    /// a step: the last update's buffers are the ones a step leaves. Synchronizes.
+    pub fn trace(&self, kind: StepKind, view: &mut OracleTrainer) -> Result<Trace> {
+        self.download_into(view)?;
+        let outcome = self.env.read_outcome()?;
+        let emitted = if kind == StepKind::Fill {
+            None
+        } else {
+            Some(self.transition.download_out()?)
+        };
+        let updates = if kind == StepKind::Learn {
+            let (indices, weights) = self.replay.read_sample()?;
+            let loss = self.net.read_loss()?;
+            vec![UpdateRecord {
+                indices,
+                weights,
+                loss: loss.loss,
+                grad_norm: f64::from(self.net.opt.ctl()?.norm),
+                td_abs: loss.priorities,
+            }]
+        } else {
+            Vec::new()
+        };
+        view.last = Some(StepRecord {
+            epsilon: self.env.epsilon.read()?,
+            states: self.env.read_states()?,
+            q: self.net.read_acting(&self.acting)?,
+            actions: self.env.read_actions()?,
+            pnl: outcome.pnl,
+            next_states: outcome.next_states,
+            done: outcome.done,
+            reason: outcome.reason,
+            reward: self.reward.read_out()?,
+            emitted,
+            updates,
+        });
+        step_trace(view).ok_or_else(|| Error::Train("no step was traced".into()))
     }
 
     /// Continue from `o`'s training state after `step` steps (a checkpoint): every state

@@ -3,6 +3,7 @@
 //! the run seed and device-held counters that both sides advance alike).
 
 use super::metrics::{trainer_metrics_step, trainer_metrics_update, MetricTotals, StepValues};
+use super::trace::Fault;
 use super::Backend;
 use crate::config::ConfigError;
 use crate::env::{action_select, barriers, fill_step, state_gather, EnvMarket, EnvState, Split};
@@ -74,6 +75,8 @@ pub struct OracleTrainer {
     pub totals: MetricTotals,
     /// The last step's outputs.
     pub last: Option<StepRecord>,
+    /// A planted fault (tests of the divergence finder only): None in every run.
+    pub fault: Option<Fault>,
 }
 
 /// Why the CPU trainer stopped.
@@ -114,6 +117,7 @@ impl OracleTrainer {
             epsilon_step: 0,
             totals: MetricTotals::default(),
             last: None,
+            fault: None,
             market: m,
             split,
             cfg: cfg.clone(),
@@ -155,29 +159,34 @@ impl OracleTrainer {
         follow: Option<Follow>,
     ) -> Result<&StepRecord, OracleError> {
         let cfg = self.cfg.clone();
+        let t = u64::from(self.epsilon_step);
         let epsilon = schedule_epsilon(&cfg.schedule.epsilon, self.epsilon_step);
         self.epsilon_step = self.epsilon_step.saturating_add(1);
-        let states = state_gather(&cfg.env, &self.market, &self.env);
-        let q = match follow {
+        let mut states = state_gather(&cfg.env, &self.market, &self.env);
+        self.planted(t, "state_gather", &mut states);
+        let mut q = match follow {
             Some(f) => f.q.to_vec(),
             None => self.acting_q(&states),
         };
+        self.planted(t, "acting", &mut q);
         let actions = action_select(cfg.env.seed, &cfg.qnet.branches, epsilon, &q, &self.env);
         let fills = fill_step(&cfg.env, &self.market, &mut self.env, &actions);
-        let outcome = barriers(
+        let mut outcome = barriers(
             &cfg.env,
             &self.market,
             self.split,
             &mut self.env,
             &fills.net_before,
         );
-        let reward = reward_step(
+        self.planted(t, "env_step", &mut outcome.pnl);
+        let mut reward = reward_step(
             &cfg.reward,
             &outcome.pnl,
             &self.env.position,
             &mut self.reward_envs,
             &mut self.reward_global,
         );
+        self.planted(t, "reward", &mut reward.reward);
         let emitted = self.ring.push(
             &states,
             &actions,
@@ -191,7 +200,7 @@ impl OracleTrainer {
                 let next = follow
                     .and_then(|f| f.next_actions.get(u))
                     .map(Vec::as_slice);
-                updates.push(self.update(next)?);
+                updates.push(self.update(t, next)?);
             }
         }
         if kind != StepKind::Fill {
@@ -218,10 +227,11 @@ impl OracleTrainer {
 
     /// One update: sample, gather, the Double DQN update (at the next actions `next` where
     /// given), the priority update, the target sync when due.
-    fn update(&mut self, next: Option<&[i32]>) -> Result<UpdateRecord, OracleError> {
+    fn update(&mut self, t: u64, next: Option<&[i32]>) -> Result<UpdateRecord, OracleError> {
         let sample = replay_sample(&mut self.replay);
         let batch = replay_gather(&self.replay, &sample.indices);
-        let weights: Vec<f32> = sample.weights.iter().map(|&w| w as f32).collect();
+        let mut weights: Vec<f32> = sample.weights.iter().map(|&w| w as f32).collect();
+        self.planted(t, "replay_sample", &mut weights);
         let u = update_step_at(
             &self.cfg.qnet,
             &mut self.online,
@@ -231,7 +241,11 @@ impl OracleTrainer {
             &weights,
             next,
         )?;
-        let td_abs: Vec<f32> = u.priorities.iter().map(|&p| p as f32).collect();
+        let mut online = std::mem::take(&mut self.online);
+        self.planted(t, "optimizer", &mut online);
+        self.online = online;
+        let mut td_abs: Vec<f32> = u.priorities.iter().map(|&p| p as f32).collect();
+        self.planted(t, "qnet_loss", &mut td_abs);
         replay_update_priorities(&mut self.replay, &sample.indices, &td_abs);
         match self.cfg.qnet.polyak_tau {
             Some(tau) => target_sync(&self.online, &mut self.target, Some(tau)),
@@ -242,6 +256,9 @@ impl OracleTrainer {
                 &mut self.target,
             ),
         }
+        let mut target = std::mem::take(&mut self.target);
+        self.planted(t, "target_sync", &mut target);
+        self.target = target;
         Ok(UpdateRecord {
             indices: sample.indices,
             weights,
@@ -249,6 +266,13 @@ impl OracleTrainer {
             grad_norm: u.grad_norm,
             td_abs,
         })
+    }
+
+    /// Apply the planted fault, if it is `stage`'s and due at step `t`, to `out`.
+    fn planted(&self, t: u64, stage: &str, out: &mut [f32]) {
+        if let Some(f) = &self.fault {
+            f.apply(t, stage, out);
+        }
     }
 
     /// The step's metric sums ([`trainer_metrics_step`], then [`trainer_metrics_update`]

@@ -40,6 +40,7 @@
 
 mod cpu;
 mod metrics;
+pub mod trace;
 
 pub use cpu::{Follow, OracleError, OracleTrainer, StepRecord, UpdateRecord};
 pub use metrics::{

@@ -108,6 +108,26 @@ pub fn trainer_vs_oracle(
     overlap: bool,
     setup: impl FnOnce(&mut CudaTrainer) -> Result<()>,
 ) -> Result<TrainerParity> {
+    trainer_vs_oracle_with(gpu, cfg, market, steps, overlap, setup, |_| true)
+}
+
+/// One step's rows of [`trainer_vs_oracle`], as they come.
+pub struct TrainerStep<'a> {
+    pub t: usize,
+    pub comparisons: &'a [Comparison],
+}
+
+/// [`trainer_vs_oracle`], handing each step's rows to `on_step` as they come; it stops
+/// after a step where `on_step` returns false (`tallyho diverge` stops at the first failure).
+pub fn trainer_vs_oracle_with(
+    gpu: &Gpu,
+    cfg: &TrainConfig,
+    market: &Market,
+    steps: usize,
+    overlap: bool,
+    setup: impl FnOnce(&mut CudaTrainer) -> Result<()>,
+    mut on_step: impl FnMut(TrainerStep) -> bool,
+) -> Result<TrainerParity> {
     if cfg.schedule.updates_per_step != 1 {
         return Err(Error::Shape(
             "trainer_vs_oracle follows one update per step (only the last update's buffers survive a step): set schedule.updates_per_step = 1".into(),
@@ -472,7 +492,11 @@ pub fn trainer_vs_oracle(
                 grad_tol,
             ));
         }
+        let go_on = on_step(TrainerStep { t, comparisons: &c });
         merge_step(&mut out.comparisons, t, c);
+        if !go_on {
+            break;
+        }
     }
     Ok(out)
 }
