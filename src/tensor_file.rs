@@ -108,15 +108,39 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
 
 /// Write `bytes` to `path` so that a crash leaves either the old file or the new one: a
 /// temporary file beside it, written and fsynced, renamed over it, and the folder fsynced.
+/// A write that fails (a full disk) removes its temporary file and leaves the old file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(io(format!("creating {}", tmp.display())))?;
-    f.write_all(bytes)
-        .map_err(io(format!("writing {}", tmp.display())))?;
-    f.sync_all()
-        .map_err(io(format!("flushing {} to disk", tmp.display())))?;
+    let (first, second) = bytes.split_at(bytes.len() / 2);
+    let written = f.write_all(first).and_then(|()| {
+        if crash_planted("partial", path) {
+            let _ = f.sync_all();
+            std::process::abort();
+        }
+        f.write_all(second)?;
+        f.sync_all()
+    });
     drop(f);
+    if let Err(err) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::Io {
+            what: format!(
+                "writing {} ({} bytes; removed again, and any earlier {} kept)",
+                tmp.display(),
+                bytes.len(),
+                path.display()
+            ),
+            err,
+        });
+    }
+    if crash_planted("before-rename", path) {
+        std::process::abort();
+    }
     std::fs::rename(&tmp, path).map_err(io(format!("renaming to {}", path.display())))?;
+    if crash_planted("after-rename", path) {
+        std::process::abort();
+    }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         // A folder opened read-only can be fsynced on Unix, so the rename is durable.
         if let Ok(d) = std::fs::File::open(dir) {
@@ -125,6 +149,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A crash planted by the tests of interrupted writes (never set in a run):
+/// `TALLYHO_CRASH_AT=POINT@NAME` aborts the process at `POINT` of writing a file whose name
+/// contains `NAME`: `partial` (half the bytes in the temporary file), `before-rename` (the
+/// temporary file whole), `after-rename` (the new file in place, the folder not yet synced).
+fn crash_planted(point: &str, path: &Path) -> bool {
+    let Some(spec) = std::env::var_os("TALLYHO_CRASH_AT") else {
+        return false;
+    };
+    let spec = spec.to_string_lossy();
+    let (at, name) = spec.split_once('@').unwrap_or((&spec, ""));
+    at == point
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.contains(name))
 }
 
 #[cfg(test)]

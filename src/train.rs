@@ -511,8 +511,10 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
             *step
         }
     };
-    std::fs::create_dir_all(&out)
-        .map_err(io(format!("creating the run folder {}", out.display())))?;
+    std::fs::create_dir_all(&out).map_err(io(format!(
+        "creating the run folder {} (give --out a folder that can be created and written)",
+        out.display()
+    )))?;
     let config_path = out.join("config.toml");
     crate::tensor_file::write_atomic(&config_path, config::to_toml(&cfg)?.as_bytes())?;
     let file = BufWriter::new(
@@ -573,7 +575,8 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
             if let Start::Resume { step, state } = &start {
                 t.restore(state, *step)?;
             }
-            trainer::train(&cfg, from, &mut t, &mut rec).map_err(flatten)?
+            trainer::train(&cfg, from, &mut t, &mut rec)
+                .map_err(|e| with_what_is_kept(flatten(e), &out))?
         }
         None => {
             if from == 0 {
@@ -591,7 +594,8 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
                     t
                 }
             };
-            trainer::train(&cfg, from, &mut t, &mut rec).map_err(flatten)?
+            trainer::train(&cfg, from, &mut t, &mut rec)
+                .map_err(|e| with_what_is_kept(flatten(e), &out))?
         }
     };
     rec.bar.finish();
@@ -618,6 +622,27 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
 
 fn source_of(data: Option<&Path>) -> String {
     data.map_or(SYNTHETIC.to_string(), |p| p.display().to_string())
+}
+
+/// A run's error, with what its folder keeps and how to go on: the newest checkpoint on
+/// disk (a checkpoint is written whole or not at all) and `--resume`.
+fn with_what_is_kept(e: Error, out: &Path) -> Error {
+    let newest = checkpoint::list(&out.join("checkpoints"))
+        .ok()
+        .and_then(|l| l.last().cloned());
+    let kept = match newest {
+        Some((step, path)) => format!(
+            "{} keeps metrics.jsonl and the checkpoint of step {step} ({}): once the cause is fixed (space freed, say), `tallyho train --resume {}` continues from it",
+            out.display(),
+            path.display(),
+            out.display()
+        ),
+        None => format!(
+            "{} keeps metrics.jsonl; no checkpoint had been written",
+            out.display()
+        ),
+    };
+    Error::Train(format!("{e}; {kept}"))
 }
 
 /// Create the run folder of a new run, refusing one that already holds a run (nothing
