@@ -395,3 +395,44 @@ fn report_command_prints_the_figures_it_wrote_and_refuses_a_folder_without_metri
         assert!(path.exists());
     }
 }
+
+#[test]
+fn without_a_usable_gpu_train_falls_back_to_the_cpu_and_cuda_is_refused_with_the_fix() {
+    // Device 99 exists on no machine: the same outcome with or without a GPU (no driver,
+    // or no such device).
+    let bin = std::env::var_os("NEXTEST_BIN_EXE_tallyho")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tallyho").into());
+    let run = |backend: &str, device: &str, out: &std::path::Path| {
+        let o = std::process::Command::new(&bin)
+            .args(["train", "--backend", backend, "--steps", "5", "--out"])
+            .arg(out)
+            .env("TALLYHO_DEVICE", device)
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (ok, stderr) = run("auto", "99", &run_dir("no-gpu-auto"));
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("no GPU (") && stderr.contains("training on the CPU oracle backend"),
+        "{stderr}"
+    );
+    let (ok, stderr) = run("cuda", "99", &run_dir("no-gpu-cuda"));
+    assert!(!ok);
+    assert!(
+        stderr.contains("run on a machine with an NVIDIA GPU and driver")
+            || stderr.contains("device 99 requested")
+                && stderr.contains("CUDA_VISIBLE_DEVICES and TALLYHO_DEVICE"),
+        "{stderr}"
+    );
+    let (ok, stderr) = run("cuda", "first", &run_dir("no-gpu-name"));
+    assert!(!ok);
+    assert!(
+        stderr.contains("TALLYHO_DEVICE=\"first\" is not a device number")
+            || stderr.contains("run on a machine with an NVIDIA GPU and driver"),
+        "{stderr}"
+    );
+}
