@@ -209,3 +209,96 @@ fn one_element_changed_in_any_recorded_output_fails_its_kernels_replay() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The recorded tensors of `file` (a fixture) whose names end in `suffix`, as i32 or f32.
+fn recorded<T: tallyho::tensor_file::Element>(file: &str, suffix: &str) -> Vec<T> {
+    let bytes = std::fs::read(fixtures::default_dir().join(file)).unwrap();
+    let st = safetensors::tensor::SafeTensors::deserialize(&bytes).unwrap();
+    let mut out = Vec::new();
+    for name in st.names() {
+        if name.ends_with(suffix) {
+            out.extend(tallyho::tensor_file::read::<T>(&st, name, file).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_recorded_transitions_hold_every_episode_end_and_n_step_discounts() {
+    use tallyho_oracle::env::{END_OF_DATA, STOP_LOSS, TAKE_PROFIT, TIME_LIMIT};
+    let reasons: Vec<i32> = recorded("transition_assemble.safetensors", "in/step.reasons");
+    for (reason, name) in [
+        (TAKE_PROFIT, "take-profit (terminal)"),
+        (STOP_LOSS, "stop-loss (terminal)"),
+        (TIME_LIMIT, "time limit (truncated)"),
+        (END_OF_DATA, "end of data (truncated)"),
+    ] {
+        assert!(reasons.contains(&reason), "no {name} step recorded");
+    }
+    // n = 3, gamma 0.9: a terminal's discount 0, and bootstraps of gamma^k for k = 1 .. 3.
+    let discounts: Vec<f32> = recorded("transition_assemble.safetensors", "out/rows.discounts");
+    assert!(discounts.contains(&0.0), "no terminal row");
+    for k in 1..=3 {
+        let g = (0..k).fold(1.0f32, |d, _| d * 0.9);
+        assert!(
+            discounts.contains(&g),
+            "no row bootstrapping gamma^{k}: {discounts:?}"
+        );
+    }
+}
+
+#[test]
+fn the_qnet_scenario_covers_clipping_the_huber_linear_region_clamped_atoms_and_terminals() {
+    use tallyho::harness::fixtures::qnet::{scenario_configs, scenario_inputs};
+    use tallyho_oracle::optimizer::AdamState;
+    use tallyho_oracle::qnet::{param_count, update_step_at};
+    let (mut clipped, mut huber_linear, mut clamped) = (false, false, false);
+    for cfg in scenario_configs() {
+        let (mut online, target, batch, weights, _) = scenario_inputs(&cfg);
+        let mut adam = AdamState::new(param_count(&cfg));
+        let u = update_step_at(
+            &cfg,
+            &mut online,
+            &target,
+            &mut adam,
+            &batch,
+            &weights,
+            None,
+        )
+        .unwrap();
+        clipped |= u.grad_norm > f64::from(cfg.grad_clip) && u.clip_scale < 1.0;
+        if cfg.atoms == 1 && cfg.huber_kappa != 1.0 {
+            // A priority is the mean |TD| over the branches: above kappa, one |TD| is.
+            huber_linear |= u.priorities.iter().any(|&p| p > f64::from(cfg.huber_kappa));
+        }
+        if cfg.atoms > 1 {
+            // A projected atom r + d z_j outside [v_min, v_max] is clamped to an end.
+            let dz = (cfg.v_max - cfg.v_min) / (cfg.atoms - 1) as f32;
+            clamped |= batch.rewards.iter().zip(&batch.discounts).any(|(&r, &d)| {
+                (0..cfg.atoms).any(|j| {
+                    let tz = r + d * (cfg.v_min + j as f32 * dz);
+                    tz < cfg.v_min || tz > cfg.v_max
+                })
+            });
+        }
+        assert!(
+            batch.discounts.contains(&0.0),
+            "seed {}: no terminal row",
+            cfg.seed
+        );
+        assert!(
+            batch
+                .discounts
+                .iter()
+                .any(|&d| d > 0.0 && d < 0.99 * 0.99 + 1e-6),
+            "seed {}: no n-step bootstrap (gamma^k, k > 1)",
+            cfg.seed
+        );
+    }
+    assert!(clipped, "no recorded update clips its gradient");
+    assert!(
+        huber_linear,
+        "no scalar update with kappa != 1 has a TD error past kappa"
+    );
+    assert!(clamped, "no C51 target falls outside the support");
+}
