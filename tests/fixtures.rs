@@ -302,3 +302,94 @@ fn the_qnet_scenario_covers_clipping_the_huber_linear_region_clamped_atoms_and_t
     );
     assert!(clamped, "no C51 target falls outside the support");
 }
+
+#[test]
+fn whole_step_fixtures_replay_through_the_oracle_and_fail_where_changed_or_stale() {
+    // Recorded here by the oracle trainer itself (the GPU records the committed ones): the
+    // format, the taught replay of every stage, a changed output and a stale kernel.
+    use tallyho::harness::fixtures::training_step::{self as ts, StepFixtures};
+    use tallyho::harness::parity::trainer::GpuStep;
+    use tallyho_oracle::trainer::OracleTrainer;
+    let (market, source) = ts::market(ts::DATA).unwrap();
+    let cfg = ts::config(&market);
+    let dir = temp_copy_of_fixtures("whole-step").join("training_step");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut o = OracleTrainer::new(&cfg, &market).unwrap();
+    let steps = [1u64, 3];
+    for t in 0..=3 {
+        let kind = cfg
+            .schedule
+            .kind(t, cfg.env.envs, cfg.qnet.n_step, cfg.replay.capacity);
+        let before = o.clone();
+        o.step_with(kind, None).unwrap();
+        if steps.contains(&t) {
+            let header = ts::header(t, "cpu", &market, &source, &cfg);
+            let step = GpuStep { after: o.clone() };
+            ts::write_step(&dir, &header, &before, kind, &step).unwrap();
+        }
+    }
+    let hashes = ts::STEP_KERNELS
+        .iter()
+        .map(|k| {
+            let sha = tallyho::runtime::kernel_source(k).unwrap().sha256;
+            (k.to_string(), sha.to_string())
+        })
+        .collect();
+    let entry = StepFixtures {
+        data: ts::DATA.into(),
+        seed: ts::SEED,
+        steps: steps.to_vec(),
+        acting: "Float32".into(),
+        kernels: hashes,
+    };
+    let rows = ts::check(&dir, &entry, None).unwrap();
+    let failed: Vec<String> = rows.iter().filter_map(|c| c.check().err()).collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+    for name in [
+        "step 1: acting q",
+        "step 1: reward",
+        "step 3: loss",
+        "step 3: priorities",
+    ] {
+        assert!(rows.iter().any(|c| c.output == name), "no row {name}");
+    }
+
+    // One changed element of the recorded step: its row fails.
+    use safetensors::tensor::{SafeTensors, TensorView};
+    let record = dir.join("step-000003-record.safetensors");
+    let bytes = std::fs::read(&record).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    let (_, dtype, _, data) = tensors
+        .iter_mut()
+        .find(|(n, ..)| n == "update0.loss")
+        .unwrap();
+    perturb_one_element(*dtype, data);
+    let views: Vec<(String, TensorView)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    std::fs::write(&record, safetensors::serialize(views, &None).unwrap()).unwrap();
+    let rows = ts::check(&dir, &entry, None).unwrap();
+    let failed: Vec<&str> = rows
+        .iter()
+        .filter(|c| !c.passed())
+        .map(|c| c.output.as_str())
+        .collect();
+    assert!(failed.contains(&"step 3: loss"), "{failed:?}");
+
+    // A kernel of the step changed since: stale, naming it.
+    let mut stale = entry.clone();
+    stale.kernels.insert("replay_sample".into(), "0".repeat(64));
+    let e = ts::check(&dir, &stale, None).unwrap_err().to_string();
+    assert!(
+        e.contains("stale")
+            && e.contains("cuda/replay_sample.cu")
+            && e.contains("tallyho fixtures record"),
+        "{e}"
+    );
+}

@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["qnet"],
     &["experience"],
     &["trainer"],
-    &["harness", "checkpoint", "eval", "report", "train"],
+    &["checkpoint", "eval", "harness", "report", "train"],
 ];
 
 /// The position of `module` in the layer list: (layer, place in it).

@@ -51,6 +51,7 @@ impl CudaTrainer {
                 loss: loss.loss,
                 grad_norm: f64::from(self.net.opt.ctl()?.norm),
                 td_abs: loss.priorities,
+                next_actions: loss.next_actions,
             }]
         } else {
             Vec::new()

@@ -113,6 +113,8 @@ pub struct Update {
     pub grad_norm: f64,
     /// The clip scale applied (1 when the norm was within `grad_clip`).
     pub clip_scale: f64,
+    /// The Double DQN actions the targets were taken at (given, or the online argmax): B x K.
+    pub next_actions: Vec<i32>,
 }
 
 /// One full update of the online parameters: forward s (online), s' (online and target),
@@ -192,5 +194,6 @@ pub fn update_step_at(
         priorities: l.replay_sample_priority,
         grad_norm: norm,
         clip_scale,
+        next_actions: next,
     })
 }

@@ -27,6 +27,8 @@ pub struct UpdateRecord {
     pub grad_norm: f64,
     /// The priorities' inputs handed to the replay (`|TD|` or the row loss, as f32).
     pub td_abs: Vec<f32>,
+    /// The Double DQN actions of the targets: B x K.
+    pub next_actions: Vec<i32>,
 }
 
 /// Everything one step produced.
@@ -265,6 +267,7 @@ impl OracleTrainer {
             loss: u.loss,
             grad_norm: u.grad_norm,
             td_abs,
+            next_actions: u.next_actions,
         })
     }
 

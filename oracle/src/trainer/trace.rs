@@ -243,6 +243,7 @@ pub fn step_trace(o: &OracleTrainer) -> Option<Trace> {
         );
         put("qnet_loss", "loss", F64(vec![u.loss]));
         put("qnet_loss", "priorities", F32(u.td_abs.clone()));
+        put("qnet_loss", "next actions", I32(u.next_actions.clone()));
         put("optimizer", "grad norm", F64(vec![u.grad_norm]));
         put("optimizer", "online", F32(o.online.clone()));
         put("optimizer", "adam m", F64(o.adam.m.clone()));

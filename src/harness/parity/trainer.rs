@@ -26,7 +26,7 @@ use tallyho_oracle::tolerance::{
     gemm_chain, gemm_chain_3xtf32, gemm_chain_tf32, QNET_TRAJECTORY, REPLAY_IS_WEIGHT,
     REPLAY_PRIORITY, REWARD_REDUCTION,
 };
-use tallyho_oracle::trainer::{Follow, MetricTotals, OracleTrainer};
+use tallyho_oracle::trainer::{Follow, MetricTotals, OracleTrainer, StepRecord};
 use tallyho_oracle::{
     compare_bitwise, compare_exact, compare_f32, compare_rel_norm, Comparison, Tolerance,
     TrainConfig,
@@ -136,30 +136,8 @@ pub fn trainer_vs_oracle_with(
     let mut g = CudaTrainer::with_overlap(gpu, cfg, market, overlap)?;
     setup(&mut g)?;
     let mut o = OracleTrainer::new(cfg, market).map_err(oracle_err)?;
-    let qc = &cfg.qnet;
-    let [h1, .., fwd] = forward_chain(qc);
-    let acting_tol = match g.net.acting_products(cfg.env.envs) {
-        Products::Float32 => gemm_chain(&fwd),
-        Products::Tf32x3 => gemm_chain_3xtf32(&fwd),
-        Products::Tf32 => gemm_chain_tf32(&h1, &fwd[h1.len()..]),
-    };
-    let loss_tol = gemm_chain(&fwd);
-    // The gradient norm went through the backward chain too (as check_qnet_update bounds it).
-    let n_max = qc.branches.iter().copied().max().unwrap_or(1);
-    let grad_tol = gemm_chain(
-        &[
-            fwd.clone(),
-            vec![
-                n_max * qc.atoms,
-                hidden_width(qc),
-                qc.h2,
-                qc.h1,
-                cfg.replay.batch,
-            ],
-        ]
-        .concat(),
-    );
-    let width: usize = qc.branches.iter().sum();
+    let mut view = OracleTrainer::new(cfg, market).map_err(oracle_err)?;
+    let tol = Tolerances::of(cfg, g.net.acting_products(cfg.env.envs));
     let mut out = TrainerParity {
         comparisons: Vec::new(),
         flips: 0,
@@ -170,278 +148,12 @@ pub fn trainer_vs_oracle_with(
     for t in 0..steps {
         let kind = cfg
             .schedule
-            .kind(t as u64, cfg.env.envs, qc.n_step, cfg.replay.capacity);
+            .kind(t as u64, cfg.env.envs, cfg.qnet.n_step, cfg.replay.capacity);
         out.kinds[kind as usize] += 1;
         g.download_into(&mut o)?;
-        let (online0, env0, global0) = (o.online.clone(), o.env.clone(), o.reward_global);
         g.step_kind(kind)?;
-        // The step ran on the trainer's stream; the reads below go through each stage's own
-        // (the network's and the replay's may be the learner's).
-        g.synchronize()?;
-        let gq = g.net.read_acting(&g.acting)?;
-        let loss = if kind == StepKind::Learn {
-            Some(g.net.read_loss()?)
-        } else {
-            None
-        };
-        let next = loss
-            .iter()
-            .map(|l| l.next_actions.clone())
-            .collect::<Vec<_>>();
-        let rec = o
-            .step_with(
-                kind,
-                Some(Follow {
-                    q: &gq,
-                    next_actions: &next,
-                }),
-            )
-            .map_err(oracle_err)?
-            .clone();
-
-        // Acting: the oracle's own Q-values (of the parameters the step acted with, before
-        // its update) against the GPU's, and the flips.
-        let updated = std::mem::replace(&mut o.online, online0.clone());
-        let own_q = o.acting_q(&rec.states);
-        o.online = updated;
-        let max_diff = gq
-            .iter()
-            .zip(&own_q)
-            .map(|(&a, &b)| (f64::from(a) - f64::from(b)).abs())
-            .fold(0.0, f64::max);
-        let own_actions = action_select(cfg.env.seed, &qc.branches, rec.epsilon, &own_q, &env0);
-        for n in 0..cfg.env.envs {
-            let explore = philox::draw(
-                cfg.env.seed,
-                n as u32,
-                env0.clock[n],
-                stream::ACTION_EXPLORE,
-            );
-            let mut off = 0;
-            for (k, &nk) in qc.branches.iter().enumerate() {
-                let greedy = philox::u01(explore[k]) >= rec.epsilon;
-                let (a_gpu, a_own) = (
-                    rec.actions[n * qc.branches.len() + k],
-                    own_actions[n * qc.branches.len() + k],
-                );
-                if greedy {
-                    out.greedy += 1;
-                    if a_gpu != a_own {
-                        let row = &own_q[n * width + off..n * width + off + nk];
-                        let gap =
-                            (f64::from(row[a_gpu as usize]) - f64::from(row[a_own as usize])).abs();
-                        if gap <= 2.0 * max_diff {
-                            out.flips += 1;
-                        } else {
-                            out.bad_flips.push((t, n, k, gap, 2.0 * max_diff));
-                        }
-                    }
-                }
-                off += nk;
-            }
-        }
-        let mut c = vec![
-            compare_exact(
-                "epsilon",
-                &[g.env.epsilon.read()?.to_bits()],
-                &[rec.epsilon.to_bits()],
-            ),
-            compare_rel_norm(
-                "acting q",
-                &gq,
-                &own_q.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
-                acting_tol,
-            ),
-            compare_bitwise("states", &g.env.read_states()?, &rec.states),
-            compare_exact("actions", &g.env.read_actions()?, &rec.actions),
-        ];
-        let outcome = g.env.read_outcome()?;
-        c.push(compare_bitwise("pnl", &outcome.pnl, &rec.pnl));
-        c.push(compare_bitwise(
-            "next states",
-            &outcome.next_states,
-            &rec.next_states,
-        ));
-        c.push(compare_bitwise("done", &outcome.done, &rec.done));
-        c.push(compare_exact("reason", &outcome.reason, &rec.reason));
-        c.extend(super::env::compare_env_states(
-            &g.env.download_state()?,
-            &o.env,
-        ));
-        let reward = g.reward.read_out()?;
-        c.push(compare_f32(
-            "reward",
-            &reward.reward,
-            &rec.reward
-                .reward
-                .iter()
-                .map(|&v| f64::from(v))
-                .collect::<Vec<_>>(),
-            REWARD_REDUCTION,
-        ));
-        c.push(compare_bitwise(
-            "trade closed",
-            &reward.done,
-            &rec.reward.done,
-        ));
-        let (genv, gglobal) = g.reward.download_state()?;
-        // The EMAs within an ulp, the controllers re-run from the GPU's EMAs, the dispersion
-        // within its cancellation bound: the reward stage's own comparison.
-        c.extend(compare_global(
-            &cfg.reward,
-            &Stage::ALL,
-            &global0,
-            &gglobal,
-            &o.reward_global,
-            &rec.reward.reward,
-        ));
-        c.push(compare_exact(
-            "reward steps since done",
-            &genv.steps_since_done,
-            &o.reward_envs.steps_since_done,
-        ));
-        if let Some(want) = &rec.emitted {
-            let got = g.transition.download_out()?;
-            c.push(compare_bitwise(
-                "transition states",
-                &got.states,
-                &want.states,
-            ));
-            c.push(compare_bitwise(
-                "transition next states",
-                &got.next_states,
-                &want.next_states,
-            ));
-            c.push(compare_exact(
-                "transition actions",
-                &got.actions,
-                &want.actions,
-            ));
-            c.push(compare_f32(
-                "transition rewards",
-                &got.rewards,
-                &want
-                    .rewards
-                    .iter()
-                    .map(|&v| f64::from(v))
-                    .collect::<Vec<_>>(),
-                REWARD_REDUCTION,
-            ));
-            c.push(compare_bitwise(
-                "transition discounts",
-                &got.discounts,
-                &want.discounts,
-            ));
-        }
-        let rep = g.replay.download_state()?;
-        c.push(compare_f32(
-            "replay rewards",
-            &rep.store.rewards,
-            &o.replay
-                .store
-                .rewards
-                .iter()
-                .map(|&v| f64::from(v))
-                .collect::<Vec<_>>(),
-            REWARD_REDUCTION,
-        ));
-        c.push(compare_bitwise(
-            "replay states",
-            &rep.store.states,
-            &o.replay.store.states,
-        ));
-        c.push(compare_exact(
-            "replay actions",
-            &rep.store.actions,
-            &o.replay.store.actions,
-        ));
-        c.push(compare_exact(
-            "replay cursor, size, sample step",
-            &[rep.ctl.cursor, rep.ctl.size, rep.ctl.sample_step],
-            &[
-                o.replay.ctl.cursor,
-                o.replay.ctl.size,
-                o.replay.ctl.sample_step,
-            ],
-        ));
-        c.push(compare_bitwise(
-            "replay discounts",
-            &rep.store.discounts,
-            &o.replay.store.discounts,
-        ));
-        let leaves = cfg.replay.leaves();
-        // New priorities come from each side's own forward (float32 on the GPU): the loss's
-        // GEMM-chain bound, as check_qnet_update holds them; bitwise before any update.
-        let prio_tol = if kind == StepKind::Learn {
-            loss_tol
-        } else {
-            REPLAY_PRIORITY
-        };
-        let want_tree: Vec<f64> = o.replay.tree[leaves..]
-            .iter()
-            .map(|&v| f64::from(v))
-            .collect();
-        c.push(compare_rel_norm(
-            "replay priorities",
-            &rep.tree[leaves..],
-            &want_tree,
-            prio_tol,
-        ));
-        c.push(compare_rel_norm(
-            "replay max priority",
-            &[rep.ctl.max_priority],
-            &[f64::from(o.replay.ctl.max_priority)],
-            prio_tol,
-        ));
-        if let (Some(l), Some(u)) = (&loss, rec.updates.last()) {
-            let (idx, w) = g.replay.read_sample()?;
-            c.push(compare_exact("sampled indices", &idx, &u.indices));
-            c.push(compare_f32(
-                "importance weights",
-                &w,
-                &u.weights.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
-                REPLAY_IS_WEIGHT,
-            ));
-            c.push(compare_rel_norm(
-                "loss",
-                &[l.loss as f32],
-                &[u.loss],
-                loss_tol,
-            ));
-            let want_prio: Vec<f64> = u.td_abs.iter().map(|&v| f64::from(v)).collect();
-            c.push(compare_rel_norm(
-                "priorities",
-                &l.priorities,
-                &want_prio,
-                loss_tol,
-            ));
-            let (gon, gtg) = g.net.params()?;
-            let disp = |p: &[f32]| -> Vec<f64> {
-                p.iter()
-                    .zip(&online0)
-                    .map(|(&x, &x0)| f64::from(x) - f64::from(x0))
-                    .collect()
-            };
-            let got_disp: Vec<f32> = disp(&gon).iter().map(|&v| v as f32).collect();
-            c.push(compare_rel_norm(
-                "parameter displacement",
-                &got_disp,
-                &disp(&o.online),
-                QNET_TRAJECTORY,
-            ));
-            let tgt_disp: Vec<f32> = disp(&gtg).iter().map(|&v| v as f32).collect();
-            c.push(compare_rel_norm(
-                "target displacement",
-                &tgt_disp,
-                &disp(&o.target),
-                QNET_TRAJECTORY,
-            ));
-            c.push(compare_exact(
-                "adam step",
-                &[g.net.opt.ctl()?.step],
-                &[o.adam.step],
-            ));
-        }
+        let step = GpuStep::read(&g, kind, &mut view)?;
+        let mut c = compare_taught(cfg, kind, &tol, &mut o, &step, t, &mut out)?;
         // The step's metric sums: counts and flags exactly, epsilon bitwise, the double sums
         // over envs (another order on each side) as floats, the greedy value within the
         // acting bound, the update's loss and gradient norm within their chains' bounds.
@@ -476,20 +188,20 @@ pub fn trainer_vs_oracle_with(
             "metric q",
             &[gm.q as f32],
             &[om.q],
-            acting_tol,
+            tol.acting,
         ));
         if kind == StepKind::Learn {
             c.push(compare_rel_norm(
                 "metric loss",
                 &[gm.loss as f32],
                 &[om.loss],
-                loss_tol,
+                tol.loss,
             ));
             c.push(compare_rel_norm(
                 "metric gradient norm",
                 &[gm.grad_norm as f32],
                 &[om.grad_norm],
-                grad_tol,
+                tol.grad,
             ));
         }
         let go_on = on_step(TrainerStep { t, comparisons: &c });
@@ -499,6 +211,358 @@ pub fn trainer_vs_oracle_with(
         }
     }
     Ok(out)
+}
+
+/// The tolerances of the taught comparison: the acting forward's (by the products it ran
+/// on), the loss's forward chain, and the gradient norm's forward and backward chains.
+pub struct Tolerances {
+    pub acting: Tolerance,
+    pub loss: Tolerance,
+    pub grad: Tolerance,
+}
+
+impl Tolerances {
+    pub fn of(cfg: &TrainConfig, acting: Products) -> Tolerances {
+        let qc = &cfg.qnet;
+        let [h1, .., fwd] = forward_chain(qc);
+        let acting = match acting {
+            Products::Float32 => gemm_chain(&fwd),
+            Products::Tf32x3 => gemm_chain_3xtf32(&fwd),
+            Products::Tf32 => gemm_chain_tf32(&h1, &fwd[h1.len()..]),
+        };
+        // The gradient norm went through the backward chain too (as check_qnet_update
+        // bounds it).
+        let n_max = qc.branches.iter().copied().max().unwrap_or(1);
+        let grad = gemm_chain(
+            &[
+                fwd.clone(),
+                vec![
+                    n_max * qc.atoms,
+                    hidden_width(qc),
+                    qc.h2,
+                    qc.h1,
+                    cfg.replay.batch,
+                ],
+            ]
+            .concat(),
+        );
+        Tolerances {
+            acting,
+            loss: gemm_chain(&fwd),
+            grad,
+        }
+    }
+}
+
+/// What the GPU's step left, on the host: its state after the step as the oracle trainer
+/// holds one, with the step's outputs (its Double DQN actions included, which the oracle
+/// follows) as its record (`after.last`). Read from a trainer, or from a recorded
+/// whole-step fixture.
+pub struct GpuStep {
+    pub after: OracleTrainer,
+}
+
+impl GpuStep {
+    /// Read the step of `kind` that `g` just ran, through `view` (an oracle trainer of its
+    /// config, whose state is overwritten).
+    pub fn read(g: &CudaTrainer, kind: StepKind, view: &mut OracleTrainer) -> Result<GpuStep> {
+        g.trace(kind, view)?;
+        Ok(GpuStep {
+            after: view.clone(),
+        })
+    }
+
+    /// The step's outputs.
+    pub fn record(&self) -> Result<&StepRecord> {
+        self.after
+            .last
+            .as_ref()
+            .ok_or_else(|| Error::Shape("the GPU's step left no record".into()))
+    }
+}
+
+/// One step taught and compared: `o` holds the GPU's state before the step; it runs the
+/// step following the GPU's choices where a float difference could flip a discrete one
+/// (module doc) and every output and the state after are compared with the GPU's, each
+/// with its stage's tolerance; greedy picks and flips are counted into `out` (step `t`).
+pub fn compare_taught(
+    cfg: &TrainConfig,
+    kind: StepKind,
+    tol: &Tolerances,
+    o: &mut OracleTrainer,
+    gpu: &GpuStep,
+    t: usize,
+    out: &mut TrainerParity,
+) -> Result<Vec<Comparison>> {
+    let qc = &cfg.qnet;
+    let width: usize = qc.branches.iter().sum();
+    let (online0, env0, global0) = (o.online.clone(), o.env.clone(), o.reward_global);
+    let grec = gpu.record()?;
+    let gq = &grec.q;
+    let next: Vec<Vec<i32>> = grec
+        .updates
+        .iter()
+        .map(|u| u.next_actions.clone())
+        .collect();
+    let rec = o
+        .step_with(
+            kind,
+            Some(Follow {
+                q: gq,
+                next_actions: &next,
+            }),
+        )
+        .map_err(oracle_err)?
+        .clone();
+
+    // Acting: the oracle's own Q-values (of the parameters the step acted with, before
+    // its update) against the GPU's, and the flips.
+    let updated = std::mem::replace(&mut o.online, online0.clone());
+    let own_q = o.acting_q(&rec.states);
+    o.online = updated;
+    let max_diff = gq
+        .iter()
+        .zip(&own_q)
+        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).abs())
+        .fold(0.0, f64::max);
+    let own_actions = action_select(cfg.env.seed, &qc.branches, rec.epsilon, &own_q, &env0);
+    for n in 0..cfg.env.envs {
+        let explore = philox::draw(
+            cfg.env.seed,
+            n as u32,
+            env0.clock[n],
+            stream::ACTION_EXPLORE,
+        );
+        let mut off = 0;
+        for (k, &nk) in qc.branches.iter().enumerate() {
+            let greedy = philox::u01(explore[k]) >= rec.epsilon;
+            let (a_gpu, a_own) = (
+                rec.actions[n * qc.branches.len() + k],
+                own_actions[n * qc.branches.len() + k],
+            );
+            if greedy {
+                out.greedy += 1;
+                if a_gpu != a_own {
+                    let row = &own_q[n * width + off..n * width + off + nk];
+                    let gap =
+                        (f64::from(row[a_gpu as usize]) - f64::from(row[a_own as usize])).abs();
+                    if gap <= 2.0 * max_diff {
+                        out.flips += 1;
+                    } else {
+                        out.bad_flips.push((t, n, k, gap, 2.0 * max_diff));
+                    }
+                }
+            }
+            off += nk;
+        }
+    }
+    let mut c = vec![
+        compare_exact(
+            "epsilon",
+            &[grec.epsilon.to_bits()],
+            &[rec.epsilon.to_bits()],
+        ),
+        compare_rel_norm(
+            "acting q",
+            &gq,
+            &own_q.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+            tol.acting,
+        ),
+        compare_bitwise("states", &grec.states, &rec.states),
+        compare_exact("actions", &grec.actions, &rec.actions),
+    ];
+
+    c.push(compare_bitwise("pnl", &grec.pnl, &rec.pnl));
+    c.push(compare_bitwise(
+        "next states",
+        &grec.next_states,
+        &rec.next_states,
+    ));
+    c.push(compare_bitwise("done", &grec.done, &rec.done));
+    c.push(compare_exact("reason", &grec.reason, &rec.reason));
+    c.extend(super::env::compare_env_states(&gpu.after.env, &o.env));
+    let reward = &grec.reward;
+    c.push(compare_f32(
+        "reward",
+        &reward.reward,
+        &rec.reward
+            .reward
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect::<Vec<_>>(),
+        REWARD_REDUCTION,
+    ));
+    c.push(compare_bitwise(
+        "trade closed",
+        &reward.done,
+        &rec.reward.done,
+    ));
+    let (genv, gglobal) = (&gpu.after.reward_envs, gpu.after.reward_global);
+    // The EMAs within an ulp, the controllers re-run from the GPU's EMAs, the dispersion
+    // within its cancellation bound: the reward stage's own comparison.
+    c.extend(compare_global(
+        &cfg.reward,
+        &Stage::ALL,
+        &global0,
+        &gglobal,
+        &o.reward_global,
+        &rec.reward.reward,
+    ));
+    c.push(compare_exact(
+        "reward steps since done",
+        &genv.steps_since_done,
+        &o.reward_envs.steps_since_done,
+    ));
+    if let Some(want) = &rec.emitted {
+        let Some(got) = &grec.emitted else {
+            return Err(Error::Shape(
+                "the GPU's step assembled no transitions where the oracle's did".into(),
+            ));
+        };
+        c.push(compare_bitwise(
+            "transition states",
+            &got.states,
+            &want.states,
+        ));
+        c.push(compare_bitwise(
+            "transition next states",
+            &got.next_states,
+            &want.next_states,
+        ));
+        c.push(compare_exact(
+            "transition actions",
+            &got.actions,
+            &want.actions,
+        ));
+        c.push(compare_f32(
+            "transition rewards",
+            &got.rewards,
+            &want
+                .rewards
+                .iter()
+                .map(|&v| f64::from(v))
+                .collect::<Vec<_>>(),
+            REWARD_REDUCTION,
+        ));
+        c.push(compare_bitwise(
+            "transition discounts",
+            &got.discounts,
+            &want.discounts,
+        ));
+    }
+    let rep = &gpu.after.replay;
+    c.push(compare_f32(
+        "replay rewards",
+        &rep.store.rewards,
+        &o.replay
+            .store
+            .rewards
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect::<Vec<_>>(),
+        REWARD_REDUCTION,
+    ));
+    c.push(compare_bitwise(
+        "replay states",
+        &rep.store.states,
+        &o.replay.store.states,
+    ));
+    c.push(compare_exact(
+        "replay actions",
+        &rep.store.actions,
+        &o.replay.store.actions,
+    ));
+    c.push(compare_exact(
+        "replay cursor, size, sample step",
+        &[rep.ctl.cursor, rep.ctl.size, rep.ctl.sample_step],
+        &[
+            o.replay.ctl.cursor,
+            o.replay.ctl.size,
+            o.replay.ctl.sample_step,
+        ],
+    ));
+    c.push(compare_bitwise(
+        "replay discounts",
+        &rep.store.discounts,
+        &o.replay.store.discounts,
+    ));
+    let leaves = cfg.replay.leaves();
+    // New priorities come from each side's own forward (float32 on the GPU): the loss's
+    // GEMM-chain bound, as check_qnet_update holds them; bitwise before any update.
+    let prio_tol = if kind == StepKind::Learn {
+        tol.loss
+    } else {
+        REPLAY_PRIORITY
+    };
+    let want_tree: Vec<f64> = o.replay.tree[leaves..]
+        .iter()
+        .map(|&v| f64::from(v))
+        .collect();
+    c.push(compare_rel_norm(
+        "replay priorities",
+        &rep.tree[leaves..],
+        &want_tree,
+        prio_tol,
+    ));
+    c.push(compare_rel_norm(
+        "replay max priority",
+        &[rep.ctl.max_priority],
+        &[f64::from(o.replay.ctl.max_priority)],
+        prio_tol,
+    ));
+    if let Some(u) = rec.updates.last() {
+        let gu = grec.updates.last().ok_or_else(|| {
+            Error::Shape("the GPU's step made no update where the oracle's did".into())
+        })?;
+        let (idx, w) = (&gu.indices, &gu.weights);
+        c.push(compare_exact("sampled indices", &idx, &u.indices));
+        c.push(compare_f32(
+            "importance weights",
+            &w,
+            &u.weights.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+            REPLAY_IS_WEIGHT,
+        ));
+        c.push(compare_rel_norm(
+            "loss",
+            &[gu.loss as f32],
+            &[u.loss],
+            tol.loss,
+        ));
+        let want_prio: Vec<f64> = u.td_abs.iter().map(|&v| f64::from(v)).collect();
+        c.push(compare_rel_norm(
+            "priorities",
+            &gu.td_abs,
+            &want_prio,
+            tol.loss,
+        ));
+        let (gon, gtg) = (&gpu.after.online, &gpu.after.target);
+        let disp = |p: &[f32]| -> Vec<f64> {
+            p.iter()
+                .zip(&online0)
+                .map(|(&x, &x0)| f64::from(x) - f64::from(x0))
+                .collect()
+        };
+        let got_disp: Vec<f32> = disp(&gon).iter().map(|&v| v as f32).collect();
+        c.push(compare_rel_norm(
+            "parameter displacement",
+            &got_disp,
+            &disp(&o.online),
+            QNET_TRAJECTORY,
+        ));
+        let tgt_disp: Vec<f32> = disp(&gtg).iter().map(|&v| v as f32).collect();
+        c.push(compare_rel_norm(
+            "target displacement",
+            &tgt_disp,
+            &disp(&o.target),
+            QNET_TRAJECTORY,
+        ));
+        c.push(compare_exact(
+            "adam step",
+            &[gpu.after.adam.step],
+            &[o.adam.step],
+        ));
+    }
+    Ok(c)
 }
 
 /// Every part of two trainers' states, bitwise: envs, reward state, n-step ring, replay,
