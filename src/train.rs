@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tallyho_oracle::features::Market;
 use tallyho_oracle::schedule::EpsilonSchedule;
+use tallyho_oracle::trainer::trace::{step_trace, Buffer, Fault, Values};
 use tallyho_oracle::trainer::{
     self, Metrics, ObserveError, Observer, OracleTrainer, StateSource, TrainError,
 };
@@ -566,6 +567,7 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
         "{} envs, network {}-{} / {} value / {} advantage, {} atoms, batch {}, {} steps",
         cfg.env.envs, q.h1, q.h2, q.value_hidden, q.adv_hidden, q.atoms, cfg.replay.batch, steps
     );
+    let fault = planted_fault()?;
     let finish = match &gpu {
         Some(g) => {
             if from == 0 {
@@ -575,8 +577,9 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
             if let Start::Resume { step, state } = &start {
                 t.restore(state, *step)?;
             }
-            trainer::train(&cfg, from, &mut t, &mut rec)
-                .map_err(|e| with_what_is_kept(flatten(e), &out))?
+            t.plant_fault(fault.clone())?;
+            let run = trainer::train(&cfg, from, &mut t, &mut rec);
+            finished(run, &cfg, &market, &source, &out, Some(g), &fault)?
         }
         None => {
             if from == 0 {
@@ -594,8 +597,9 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
                     t
                 }
             };
-            trainer::train(&cfg, from, &mut t, &mut rec)
-                .map_err(|e| with_what_is_kept(flatten(e), &out))?
+            t.fault = fault.clone();
+            let run = trainer::train(&cfg, from, &mut t, &mut rec);
+            finished(run, &cfg, &market, &source, &out, None, &fault)?
         }
     };
     rec.bar.finish();
@@ -622,6 +626,146 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
 
 fn source_of(data: Option<&Path>) -> String {
     data.map_or(SYNTHETIC.to_string(), |p| p.display().to_string())
+}
+
+/// A fault planted by the tests of a diverging run (never set in a run):
+/// `TALLYHO_PLANT_FAULT=STAGE@STEP` makes the first element of STAGE's output NaN from step
+/// STEP (counted from 0) on, in either backend (`trace::Fault`).
+fn planted_fault() -> Result<Option<Fault>> {
+    let Ok(spec) = std::env::var("TALLYHO_PLANT_FAULT") else {
+        return Ok(None);
+    };
+    let bad = || {
+        Error::Settings(format!(
+            "TALLYHO_PLANT_FAULT={spec:?} is not STAGE@STEP: unset it"
+        ))
+    };
+    let (stage, step) = spec.split_once('@').ok_or_else(bad)?;
+    let step = step.parse().map_err(|_| bad())?;
+    Fault::new(stage, step, f32::NAN)
+        .map(Some)
+        .map_err(Error::Settings)
+}
+
+/// The loop's outcome as the run's: a non-finite value located (where it first appeared,
+/// replayed from the last good checkpoint), any error with what the run folder keeps.
+#[allow(clippy::too_many_arguments)]
+fn finished<E: std::error::Error + Send + Sync + 'static>(
+    run: std::result::Result<trainer::Finish, TrainError<E>>,
+    cfg: &TrainConfig,
+    market: &Market,
+    source: &str,
+    out: &Path,
+    gpu: Option<&Gpu>,
+    fault: &Option<Fault>,
+) -> Result<trainer::Finish>
+where
+    Error: From<E>,
+{
+    match run {
+        Ok(f) => Ok(f),
+        Err(TrainError::NonFinite { step, what }) => {
+            let located = match locate_non_finite(cfg, market, source, out, gpu, fault, step) {
+                Ok(Some(hit)) => format!(
+                    "; the first non-finite value appeared in step {} (stage {}, buffer {:?}, element {}), replayed from the checkpoint of step {}",
+                    hit.step + 1,
+                    hit.stage,
+                    hit.buffer,
+                    hit.element,
+                    hit.from
+                ),
+                Ok(None) => "; replaying from the last checkpoint did not reproduce it".into(),
+                Err(e) => format!("; it could not be located ({e})"),
+            };
+            Err(with_what_is_kept(
+                Error::Train(format!(
+                    "training diverged at step {step}: {what} became non-finite{located}; lower qnet.lr or qnet.grad_clip, or check the data"
+                )),
+                out,
+            ))
+        }
+        Err(e) => Err(with_what_is_kept(flatten(e), out)),
+    }
+}
+
+/// Where a run's first non-finite value appeared.
+struct NonFiniteAt {
+    /// The step (counted from 0) and the checkpoint step the replay started from.
+    step: u64,
+    from: u64,
+    stage: &'static str,
+    buffer: String,
+    element: usize,
+}
+
+/// Replay the run from its newest checkpoint (or its start) up to step `until`, eagerly,
+/// tracing every step, and find the first stage output holding a non-finite value: the
+/// slow path a diverged run takes once, so the run itself never reads its buffers.
+fn locate_non_finite(
+    cfg: &TrainConfig,
+    market: &Market,
+    source: &str,
+    out: &Path,
+    gpu: Option<&Gpu>,
+    fault: &Option<Fault>,
+    until: u64,
+) -> Result<Option<NonFiniteAt>> {
+    let newest = checkpoint::list(&out.join("checkpoints"))?.last().cloned();
+    let (from, state) = match newest {
+        Some((k, path)) => (k, Checkpoint::read(&path)?.trainer(market, source)?),
+        None => (
+            0,
+            OracleTrainer::new(cfg, market).map_err(|e| Error::Train(e.to_string()))?,
+        ),
+    };
+    let first = |t: u64, trace: &[Buffer]| {
+        trace.iter().find_map(|b| {
+            let element = match &b.values {
+                Values::F32(v) => v.iter().position(|x| !x.is_finite()),
+                Values::F64(v) => v.iter().position(|x| !x.is_finite()),
+                _ => None,
+            }?;
+            Some(NonFiniteAt {
+                step: t,
+                from,
+                stage: b.stage,
+                buffer: b.name.clone(),
+                element,
+            })
+        })
+    };
+    let kind = |t: u64| {
+        cfg.schedule
+            .kind(t, cfg.env.envs, cfg.qnet.n_step, cfg.replay.capacity)
+    };
+    match gpu {
+        Some(g) => {
+            let mut t = CudaTrainer::new(g, cfg, market)?;
+            t.restore(&state, from)?;
+            t.set_graphs(false);
+            t.plant_fault(fault.clone())?;
+            let mut view = state.clone();
+            for s in from..until {
+                t.step_kind(kind(s))?;
+                if let Some(hit) = first(s, &t.trace(kind(s), &mut view)?) {
+                    return Ok(Some(hit));
+                }
+            }
+        }
+        None => {
+            let mut o = state;
+            o.cfg = cfg.clone();
+            o.fault = fault.clone();
+            for s in from..until {
+                o.step_with(kind(s), None)
+                    .map_err(|e| Error::Train(e.to_string()))?;
+                if let Some(hit) = step_trace(&o).and_then(|tr| first(s, &tr)) {
+                    return Ok(Some(hit));
+                }
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// A run's error, with what its folder keeps and how to go on: the newest checkpoint on

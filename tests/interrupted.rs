@@ -184,3 +184,50 @@ fn an_out_folder_that_cannot_be_made_is_refused_before_any_step() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_non_finite_value_stops_the_run_at_its_step_and_stage_keeping_the_last_good_checkpoint() {
+    // TALLYHO_PLANT_FAULT makes a stage's first output element NaN from a step on (tests
+    // only). The run stops at the metrics window that saw it, names the step and stage where
+    // it first appeared (replayed from the last checkpoint), writes no checkpoint after it,
+    // and resumes from the last good one to end as the run without the fault.
+    let extra = ["--metrics-every", "10"];
+    let clean = common::fresh_dir("diverged-reference");
+    let o = Command::new(bin())
+        .args(train_args(&clean, &extra))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (fault, at, stage) in [("reward@33", 34, "reward"), ("acting@12", 13, "acting")] {
+        let out = common::fresh_dir(&format!("diverged-{stage}"));
+        let o = Command::new(bin())
+            .args(train_args(&out, &extra))
+            .env("TALLYHO_PLANT_FAULT", fault)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{fault}: the run went on: {stderr}");
+        let window = (at + 9) / 10 * 10;
+        let good = window - 10;
+        for says in [
+            format!("training diverged at step {window}"),
+            format!("the first non-finite value appeared in step {at} (stage {stage}"),
+            format!("replayed from the checkpoint of step {good}"),
+            format!("keeps metrics.jsonl and the checkpoint of step {good}"),
+        ] {
+            assert!(stderr.contains(&says), "{fault}: no {says:?} in {stderr}");
+        }
+        assert_eq!(steps_on_disk(&out).last(), Some(&good), "{fault}");
+        let o = Command::new(bin())
+            .args(["train", "--quiet", "--resume"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            std::fs::read(checkpoint(&out, 40)).unwrap(),
+            std::fs::read(checkpoint(&clean, 40)).unwrap(),
+            "{fault}: the resumed run ends as the clean one"
+        );
+    }
+}
