@@ -232,7 +232,12 @@ impl Observer for Recorder<'_> {
             step,
             ..self.header.clone()
         };
-        let path = checkpoint::write(&self.checkpoints, &header, state.get()?, self.keep)?;
+        let state = state.get()?;
+        // A checkpoint is the state a run resumes from: never one that has diverged.
+        if let Some(what) = non_finite_state(state) {
+            return Err(Box::new(NonFiniteState { step, what }));
+        }
+        let path = checkpoint::write(&self.checkpoints, &header, state, self.keep)?;
         self.event(serde_json::json!({"event": "checkpoint", "step": step, "path": path}));
         self.written.push(path);
         Ok(())
@@ -664,8 +669,68 @@ where
 {
     match run {
         Ok(f) => Ok(f),
+        Err(TrainError::Observe(e)) if e.is::<NonFiniteState>() => {
+            let step = e.downcast_ref::<NonFiniteState>().map_or(0, |n| n.step);
+            Err(diverged(
+                cfg,
+                market,
+                source,
+                out,
+                gpu,
+                fault,
+                step,
+                &e.to_string(),
+            ))
+        }
         Err(TrainError::NonFinite { step, what }) => {
-            let located = match locate_non_finite(cfg, market, source, out, gpu, fault, step) {
+            Err(diverged(cfg, market, source, out, gpu, fault, step, &what))
+        }
+        Err(e) => Err(with_what_is_kept(flatten(e), out)),
+    }
+}
+
+/// A state to checkpoint holding a non-finite parameter or Adam moment.
+#[derive(Debug)]
+struct NonFiniteState {
+    step: u64,
+    what: &'static str,
+}
+
+impl std::fmt::Display for NonFiniteState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the {}", self.what)
+    }
+}
+
+impl std::error::Error for NonFiniteState {}
+
+/// The first part of a state that is not finite: the parameters or Adam's moments.
+fn non_finite_state(o: &OracleTrainer) -> Option<&'static str> {
+    if o.online.iter().any(|x| !x.is_finite()) {
+        Some("online parameters")
+    } else if o.target.iter().any(|x| !x.is_finite()) {
+        Some("target parameters")
+    } else if o.adam.m.iter().chain(&o.adam.v).any(|x| !x.is_finite()) {
+        Some("Adam moments")
+    } else {
+        None
+    }
+}
+
+/// The error of a run that diverged at `step` (`what` became non-finite), with where the
+/// first non-finite value appeared and what the run folder keeps.
+#[allow(clippy::too_many_arguments)]
+fn diverged(
+    cfg: &TrainConfig,
+    market: &Market,
+    source: &str,
+    out: &Path,
+    gpu: Option<&Gpu>,
+    fault: &Option<Fault>,
+    step: u64,
+    what: &str,
+) -> Error {
+    let located = match locate_non_finite(cfg, market, source, out, gpu, fault, step) {
                 Ok(Some(hit)) => format!(
                     "; the first non-finite value appeared in step {} (stage {}, buffer {:?}, element {}), replayed from the checkpoint of step {}",
                     hit.step + 1,
@@ -677,15 +742,12 @@ where
                 Ok(None) => "; replaying from the last checkpoint did not reproduce it".into(),
                 Err(e) => format!("; it could not be located ({e})"),
             };
-            Err(with_what_is_kept(
+    with_what_is_kept(
                 Error::Train(format!(
                     "training diverged at step {step}: {what} became non-finite{located}; lower qnet.lr or qnet.grad_clip, or check the data"
                 )),
                 out,
-            ))
-        }
-        Err(e) => Err(with_what_is_kept(flatten(e), out)),
-    }
+            )
 }
 
 /// Where a run's first non-finite value appeared.
