@@ -578,7 +578,7 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
             if from == 0 {
                 note(&format!("training on {} (CUDA backend): {shape}", g.name()));
             }
-            let mut t = CudaTrainer::new(g, &cfg, &market)?;
+            let mut t = build_cuda(g, &cfg, &market)?;
             if let Start::Resume { step, state } = &start {
                 t.restore(state, *step)?;
             }
@@ -631,6 +631,85 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
 
 fn source_of(data: Option<&Path>) -> String {
     data.map_or(SYNTHETIC.to_string(), |p| p.display().to_string())
+}
+
+/// The CUDA trainer of `cfg`, or where the device has too little memory for it, an error
+/// with the memory asked, the memory free and the largest env count that fits.
+fn build_cuda(g: &Gpu, cfg: &TrainConfig, market: &Market) -> Result<CudaTrainer> {
+    match CudaTrainer::new(g, cfg, market) {
+        Err(Error::Driver(e)) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+            Err(out_of_memory(g, cfg, market))
+        }
+        other => other,
+    }
+}
+
+/// Bytes of device memory free and in all.
+fn device_memory(g: &Gpu) -> (usize, usize) {
+    let _ = g.ctx.bind_to_thread();
+    cudarc::driver::result::mem_get_info().unwrap_or((0, 0))
+}
+
+/// The out-of-memory error of `cfg`: the largest env count that fits (halved until a
+/// trainer builds, then bisected), the memory a trainer takes (measured at two sizes that
+/// fit, extrapolated to the one asked) and the memory free. Only on this failure path.
+fn out_of_memory(g: &Gpu, cfg: &TrainConfig, market: &Market) -> Error {
+    let mib = |b: f64| b / (1u64 << 20) as f64;
+    let (free, total) = device_memory(g);
+    let with_envs = |n: usize| {
+        let mut c = cfg.clone();
+        c.env.envs = n;
+        c
+    };
+    // The memory a trainer of n envs takes, or None where it does not build.
+    let taken = |n: usize| -> Option<usize> {
+        let before = device_memory(g).0;
+        let t = CudaTrainer::new(g, &with_envs(n), market).ok()?;
+        let _ = t.synchronize();
+        let after = device_memory(g).0;
+        drop(t);
+        Some(before.saturating_sub(after))
+    };
+    let asked = cfg.env.envs;
+    let (mut fits, mut fails) = (asked / 2, asked);
+    while fits > 0 && taken(fits).is_none() {
+        fails = fits;
+        fits /= 2;
+    }
+    if fits == 0 {
+        return Error::Train(format!(
+            "the device is out of memory: not even 1 env fits beside a replay of {} rows ({:.0} MiB free of {:.0} MiB): lower replay.capacity",
+            cfg.replay.capacity,
+            mib(free as f64),
+            mib(total as f64)
+        ));
+    }
+    while fails - fits > (fits / 64).max(1) {
+        let mid = fits + (fails - fits) / 2;
+        if taken(mid).is_some() {
+            fits = mid;
+        } else {
+            fails = mid;
+        }
+    }
+    let estimate = match (taken(fits), taken((fits / 2).max(1))) {
+        (Some(a), Some(b)) if fits > 1 => {
+            let per_env = a.saturating_sub(b) as f64 / (fits - (fits / 2).max(1)) as f64;
+            format!(
+                "about {:.0} MiB ({:.0} MiB at {fits} envs, {:.3} MiB an env)",
+                mib(a as f64 + per_env * (asked - fits) as f64),
+                mib(a as f64),
+                mib(per_env)
+            )
+        }
+        _ => "more than is free".into(),
+    };
+    Error::Train(format!(
+        "the device is out of memory for {asked} envs and a replay of {} rows: they take {estimate}, and {:.0} MiB of {:.0} MiB are free; the largest env count that fits is {fits}: give --envs {fits} or fewer (or lower replay.capacity)",
+        cfg.replay.capacity,
+        mib(free as f64),
+        mib(total as f64)
+    ))
 }
 
 /// A fault planted by the tests of a diverging run (never set in a run):

@@ -334,6 +334,41 @@ mod gpu {
     use super::*;
 
     #[test]
+    fn an_env_count_past_the_device_memory_is_refused_with_the_largest_that_fits() {
+        // 16 M envs of a 65536-wide network: terabytes of acting buffers, on any card.
+        let dir = fresh_dir("oom");
+        let (ok, stdout, stderr) = tallyho(&[
+            "train",
+            "--backend",
+            "cuda",
+            "--envs",
+            "16777216",
+            "--steps",
+            "2",
+            "--set",
+            "qnet.h1=65536",
+            "--set",
+            "replay.capacity=67108864",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(!ok, "{stdout}");
+        assert!(
+            stderr.contains("the device is out of memory for 16777216 envs")
+                && stderr.contains("MiB are free")
+                && stderr.contains("the largest env count that fits is"),
+            "{stderr}"
+        );
+        let fits: usize = stderr
+            .split("the largest env count that fits is ")
+            .nth(1)
+            .and_then(|r| r.split(':').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no count in {stderr}"));
+        assert!(fits > 0 && fits < 16777216, "{fits}");
+    }
+
+    #[test]
     fn a_cuda_run_resumed_from_its_checkpoint_ends_bitwise_equal_to_the_run_that_went_on() {
         let (whole, cut) = (fresh_dir("cuda-resume-whole"), fresh_dir("cuda-resume-cut"));
         let (ok, stdout, stderr) = train(
