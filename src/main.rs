@@ -56,6 +56,10 @@ enum Command {
         /// List the groups and the kernel files each checks, and exit (no GPU needed).
         #[arg(long)]
         list: bool,
+        /// Plant a fault in the training-step rows' CUDA trainer (STAGE@STEP: the first
+        /// element of STAGE's output moved from step STEP on), to see those rows fail.
+        #[arg(long)]
+        plant: Option<String>,
         /// Seed of the random cases.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -481,29 +485,38 @@ fn diverge_side(spec: &str) -> Result<tallyho::harness::diverge::Side> {
     })
 }
 
+/// A planted fault spelled STAGE@STEP or STAGE@STEP@SIDE (side a or b: 0 or 1).
+fn parse_fault(spec: &str, delta: f32) -> Result<(tallyho_oracle::trainer::trace::Fault, usize)> {
+    let parts: Vec<&str> = spec.split('@').collect();
+    let (stage, step, side) = match parts.as_slice() {
+        [stage, step] => (*stage, *step, "a"),
+        [stage, step, side] => (*stage, *step, *side),
+        _ => bail!(
+            "fault {spec:?} is not STAGE@STEP or STAGE@STEP@SIDE (e.g. reward@10, reward@10@b)"
+        ),
+    };
+    let step: u64 = step
+        .parse()
+        .with_context(|| format!("fault {spec:?}: the step {step:?} is not a step number"))?;
+    let side = match side {
+        "a" => 0,
+        "b" => 1,
+        other => bail!("fault {spec:?}: side {other:?} is not a or b"),
+    };
+    let fault = tallyho_oracle::trainer::trace::Fault::new(stage, step, delta)
+        .map_err(anyhow::Error::msg)?;
+    Ok((fault, side))
+}
+
 /// `tallyho diverge` (see [`tallyho::harness::diverge`]).
 fn diverge(a: DivergeArgs) -> Result<()> {
     use tallyho::harness::diverge::{self as dv, Side};
     use tallyho::harness::parity::trainer::{small_config, small_market};
-    use tallyho_oracle::trainer::trace::Fault;
     let sides = [diverge_side(&a.a)?, diverge_side(&a.b)?];
     let mut faults = [None, None];
     if let Some(spec) = &a.fault {
-        let parts: Vec<&str> = spec.split('@').collect();
-        let (stage, step, side) = match parts.as_slice() {
-            [stage, step] => (*stage, *step, "a"),
-            [stage, step, side] => (*stage, *step, *side),
-            _ => bail!("--fault {spec:?} is not STAGE@STEP or STAGE@STEP@SIDE (e.g. reward@10, reward@10@b)"),
-        };
-        let step: u64 = step
-            .parse()
-            .with_context(|| format!("--fault {spec:?}: the step {step:?} is not a step number"))?;
-        let i = match side {
-            "a" => 0,
-            "b" => 1,
-            other => bail!("--fault {spec:?}: side {other:?} is not a or b"),
-        };
-        faults[i] = Some(Fault::new(stage, step, 1.0).map_err(anyhow::Error::msg)?);
+        let (fault, side) = parse_fault(spec, 1.0)?;
+        faults[side] = Some(fault);
     }
     if a.steps == 0 {
         bail!("--steps 0 compares nothing: give at least 1");
@@ -570,6 +583,7 @@ fn mutants(a: MutantsArgs) -> Result<()> {
         seed: a.seed,
         fixture_dir: a.fixtures.clone(),
         only: Vec::new(),
+        fault: None,
     };
     if a.apply.is_some() || a.baseline {
         // A mutant's own process: the exit status is the verdict (mutants::exit).
@@ -752,6 +766,7 @@ fn run(cli: Cli) -> Result<()> {
             steps,
             only,
             list,
+            plant,
             seed,
             fixtures: dir,
             json,
@@ -779,12 +794,17 @@ fn run(cli: Cli) -> Result<()> {
                 gpu.arch(),
                 groups.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
             );
+            let fault = match &plant {
+                Some(spec) => Some(parse_fault(spec, 1.0)?.0),
+                None => None,
+            };
             let opts = verify::Options {
                 cases,
                 steps,
                 seed,
                 fixture_dir: dir,
                 only,
+                fault,
             };
             let report = verify::run(&gpu, &opts, |what| eprintln!("  checking {what}"))?;
             if let Some(p) = json {

@@ -350,6 +350,30 @@ mod gpu {
     }
 
     #[test]
+    fn a_fault_planted_in_the_gpu_step_fails_the_training_step_rows() {
+        let (ok, stdout, stderr) = tallyho(&[
+            "verify",
+            "--only",
+            "training step",
+            "--steps",
+            "12",
+            "--plant",
+            "reward@6",
+        ]);
+        assert!(!ok, "the planted fault went unseen:\n{stdout}");
+        let failed: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
+        // The GPU against the CPU trainer, and the faulty fast twin against the slow one.
+        for row in ["GPU vs CPU trainer", "graph vs eager"] {
+            assert!(
+                failed
+                    .iter()
+                    .any(|l| l.contains(row) && l.contains("first failure at step 6")),
+                "no failing {row} row at step 6:\n{stdout}\n{stderr}"
+            );
+        }
+    }
+
+    #[test]
     fn verify_prints_a_passing_parity_table() {
         let (ok, stdout, stderr) = tallyho(&["verify", "--cases", "3", "--steps", "30"]);
         assert!(ok, "{stdout}\n{stderr}");

@@ -109,6 +109,9 @@ pub struct Options {
     /// Group filters: a group runs where its name contains one of them, or one of them is a
     /// kernel file the group covers (`replay_sample` runs every group that checks it).
     pub only: Vec<String>,
+    /// A fault planted in the CUDA trainer of the training-step rows (a test that those rows
+    /// fail where the GPU's step is wrong): None in every real run.
+    pub fault: Option<tallyho_oracle::trainer::trace::Fault>,
 }
 
 /// What a group's check needs.
@@ -748,9 +751,14 @@ fn check_training_step(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
     ];
     for (what, overlap, setup) in twins {
         ctx.progress(&format!("training step: {what}, {steps} steps"));
+        let fault = ctx.opts.fault.clone();
         m.add(
             &format!("training step, {what} x{steps}"),
-            twin_runs(gpu, &cfg, &market, steps, overlap, setup)?,
+            twin_runs(gpu, &cfg, &market, steps, overlap, |t, i| {
+                setup(t, i)?;
+                // In the fast twin: its faulty step runs eagerly, the fault moves its output.
+                t.plant_fault(if i == 0 { fault.clone() } else { None })
+            })?,
         );
     }
     Ok(())
