@@ -249,3 +249,34 @@ mod gpu {
         assert!(o.divergence.is_none(), "{o}");
     }
 }
+
+#[test]
+fn every_row_of_the_taught_comparison_belongs_to_the_stage_that_writes_it() {
+    use tallyho::harness::diverge::stage_of_row;
+    for (row, stage) in [
+        ("epsilon", "schedule"),
+        ("states", "state_gather"),
+        ("acting q", "acting"),
+        ("next states", "env_step"),
+        ("equity", "env_step"),
+        ("reward", "reward"),
+        ("global EMAs", "reward"),
+        ("global scale, hold_bonus", "reward"),
+        ("reward steps since done", "reward"),
+        ("transition rewards", "transition_assemble"),
+        ("sampled indices", "replay_sample"),
+        ("importance weights", "replay_sample"),
+        ("loss", "qnet_loss"),
+        ("priorities", "qnet_loss"),
+        ("parameter displacement", "optimizer"),
+        ("adam step", "optimizer"),
+        ("replay priorities", "replay_update_priorities"),
+        ("replay max priority", "replay_update_priorities"),
+        ("target displacement", "target_sync"),
+        ("replay states", "replay_insert"),
+        ("replay cursor, size, sample step", "replay_insert"),
+        ("metric loss", "trainer_metrics"),
+    ] {
+        assert_eq!(stage_of_row(row), stage, "{row}");
+    }
+}

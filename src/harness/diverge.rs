@@ -304,7 +304,7 @@ fn taught(
 
 /// The stage of a row of the taught comparison, by its output's name.
 pub fn stage_of_row(output: &str) -> &'static str {
-    const ROWS: [(&str, &str); 16] = [
+    const ROWS: [(&str, &str); 17] = [
         ("epsilon", "schedule"),
         ("acting q", "acting"),
         ("states", "state_gather"),
@@ -316,6 +316,7 @@ pub fn stage_of_row(output: &str) -> &'static str {
         ("transition", "transition_assemble"),
         ("reward", "reward"),
         ("trade closed", "reward"),
+        ("global", "reward"),
         ("loss", "qnet_loss"),
         ("priorities", "qnet_loss"),
         ("parameter displacement", "optimizer"),
