@@ -584,6 +584,7 @@ fn mutants(a: MutantsArgs) -> Result<()> {
         fixture_dir: a.fixtures.clone(),
         only: Vec::new(),
         fault: None,
+        fail_fast: true,
     };
     if a.apply.is_some() || a.baseline {
         // A mutant's own process: the exit status is the verdict (mutants::exit).
@@ -805,6 +806,7 @@ fn run(cli: Cli) -> Result<()> {
                 fixture_dir: dir,
                 only,
                 fault,
+                fail_fast: false,
             };
             let report = verify::run(&gpu, &opts, |what| eprintln!("  checking {what}"))?;
             if let Some(p) = json {

@@ -50,7 +50,7 @@ fn verify_lists_its_groups_and_refuses_a_filter_that_selects_none() {
         .lines()
         .map(|l| l.split("  ").next().unwrap_or(""))
         .collect();
-    assert_eq!(names, ["replay", "training step", "fixtures"], "{stdout}");
+    assert_eq!(names, ["replay", "fixtures", "training step"], "{stdout}");
     let (ok, _, stderr) = tallyho(&["verify", "--only", "replay_smaple"]);
     assert!(!ok);
     assert!(

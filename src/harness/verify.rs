@@ -61,6 +61,10 @@ pub struct Matrix {
 }
 
 impl Matrix {
+    fn any_failed(&self) -> bool {
+        self.rows.values().any(|(_, c)| !c.passed())
+    }
+
     fn add(&mut self, kernel: &str, comparisons: Vec<Comparison>) {
         for c in comparisons {
             let key = (kernel.to_string(), c.output.clone());
@@ -112,6 +116,9 @@ pub struct Options {
     /// A fault planted in the CUDA trainer of the training-step rows (a test that those rows
     /// fail where the GPU's step is wrong): None in every real run.
     pub fault: Option<tallyho_oracle::trainer::trace::Fault>,
+    /// Stop after the first group with a failing row (`tallyho mutants`: a caught mutant
+    /// needs no more evidence).
+    pub fail_fast: bool,
 }
 
 /// What a group's check needs.
@@ -179,7 +186,7 @@ const STEP_KERNELS: &[&str] = &[
     "replay_insert",
 ];
 
-/// Every group, in the order of the matrix.
+/// Every group, in the order of the matrix (the whole training step, the slowest, last).
 pub static GROUPS: &[Group] = &[
     Group {
         name: "philox",
@@ -253,11 +260,6 @@ pub static GROUPS: &[Group] = &[
         check: check_reward,
     },
     Group {
-        name: "training step",
-        covers: STEP_KERNELS,
-        check: check_training_step,
-    },
-    Group {
         name: "fixtures",
         covers: &[
             "philox",
@@ -287,6 +289,11 @@ pub static GROUPS: &[Group] = &[
             "trainer_metrics",
         ],
         check: check_fixtures,
+    },
+    Group {
+        name: "training step",
+        covers: STEP_KERNELS,
+        check: check_training_step,
     },
 ];
 
@@ -330,6 +337,9 @@ pub fn run(gpu: &Gpu, opts: &Options, progress: impl Fn(&str)) -> Result<Report>
     let mut m = Matrix::default();
     for g in groups {
         (g.check)(&ctx, &mut m)?;
+        if opts.fail_fast && m.any_failed() {
+            break;
+        }
     }
     Ok(Report {
         device: gpu.name(),
