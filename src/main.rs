@@ -175,6 +175,9 @@ struct MutantsArgs {
     /// baseline's, at least 60.
     #[arg(long)]
     timeout: Option<u64>,
+    /// Start no mutant after this many seconds; the rest are reported untested.
+    #[arg(long)]
+    budget: Option<u64>,
     /// Random cases per kernel in each mutant's verify groups.
     #[arg(long, default_value_t = 3)]
     cases: usize,
@@ -672,6 +675,7 @@ fn mutants(a: MutantsArgs) -> Result<()> {
             jobs: a.jobs,
             timeout: std::time::Duration::from_secs(a.timeout.unwrap_or(3600)),
             ptx_cache,
+            budget: a.budget.map(std::time::Duration::from_secs),
         };
         eprintln!("  baseline: the unmutated kernels through every group on {device}");
         let base = mt::baseline(&run)?;
@@ -692,6 +696,13 @@ fn mutants(a: MutantsArgs) -> Result<()> {
                 o.mutant.describe()
             );
         })?;
+        if ran.len() < total {
+            eprintln!(
+                "  the --budget ran out: {} of {total} viable mutants tested, {} left untested (run them with --shard or a larger budget)",
+                ran.len(),
+                total - ran.len()
+            );
+        }
         outcomes.extend(ran);
         eprintln!(
             "  baseline again (a device that broke midway would make every later verdict 'caught')"

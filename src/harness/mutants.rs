@@ -621,6 +621,8 @@ pub struct RunOptions<'a> {
     pub timeout: std::time::Duration,
     /// The PTX cache the processes share.
     pub ptx_cache: PathBuf,
+    /// No mutant is started after this long: the rest are left untested (and said so).
+    pub budget: Option<std::time::Duration>,
 }
 
 /// Run one process: `--apply JSON` of `mutant`, or `--baseline`. Returns its exit code (None
@@ -729,12 +731,16 @@ pub fn run_all(
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results = std::sync::Mutex::new(Vec::new());
     let failure = std::sync::Mutex::new(None::<Error>);
+    let start = std::time::Instant::now();
     std::thread::scope(|s| {
         for _ in 0..run.jobs.max(1) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(m) = viable.get(i) else { break };
                 if failure.lock().map(|f| f.is_some()).unwrap_or(true) {
+                    break;
+                }
+                if run.budget.is_some_and(|b| start.elapsed() > b) {
                     break;
                 }
                 match spawn_one(run, Some(m)) {
