@@ -987,6 +987,29 @@ fn checkpoint_with_an_invalid_config() {
 }
 
 #[test]
+fn checkpoint_with_an_impossible_feature_count() {
+    // usize::MAX + 4 portfolio features once overflowed (a panic) while the config was
+    // checked against the state width.
+    let (_, mut header, t) = short_run();
+    header.market.feature_dim = usize::MAX;
+    let path = checkpoint_file(
+        "ckpt-features",
+        &checkpoint::serialize(&header, &t).unwrap(),
+    );
+    let msg = refusal("ckpt-features", Checkpoint::read(&path));
+    assert_names(
+        "ckpt-features",
+        &msg,
+        &[
+            s(&path),
+            &format!("{}", header.config.qnet.state_dim),
+            &format!("{} market features", usize::MAX),
+            "its config is refused",
+        ],
+    );
+}
+
+#[test]
 fn checkpoint_whose_header_is_of_another_config() {
     let (market, mut header, t) = short_run();
     header.config.qnet.h1 = 32;

@@ -110,7 +110,8 @@ impl TrainConfig {
     /// The state width S of a market with `feature_dim` features: `feature_dim +
     /// PORTFOLIO_FEATURES`.
     pub fn state_dim(feature_dim: usize) -> usize {
-        feature_dim + PORTFOLIO_FEATURES
+        // Saturating: a feature count read from a damaged checkpoint is refused, not a panic.
+        feature_dim.saturating_add(PORTFOLIO_FEATURES)
     }
 
     /// The n-step assembly's n and gamma: the Q-network's `n_step` and `gamma`, their one
