@@ -573,6 +573,14 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
         cfg.env.envs, q.h1, q.h2, q.value_hidden, q.adv_hidden, q.atoms, cfg.replay.batch, steps
     );
     let fault = planted_fault()?;
+    let place = |gpu| Run {
+        cfg: &cfg,
+        market: &market,
+        source: &source,
+        out: &out,
+        gpu,
+        fault: &fault,
+    };
     let finish = match &gpu {
         Some(g) => {
             if from == 0 {
@@ -584,7 +592,7 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
             }
             t.plant_fault(fault.clone())?;
             let run = trainer::train(&cfg, from, &mut t, &mut rec);
-            finished(run, &cfg, &market, &source, &out, Some(g), &fault)?
+            finished(run, &place(Some(g)))?
         }
         None => {
             if from == 0 {
@@ -604,7 +612,7 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
             };
             t.fault = fault.clone();
             let run = trainer::train(&cfg, from, &mut t, &mut rec);
-            finished(run, &cfg, &market, &source, &out, None, &fault)?
+            finished(run, &place(None))?
         }
     };
     rec.bar.finish();
@@ -731,40 +739,33 @@ fn planted_fault() -> Result<Option<Fault>> {
         .map_err(Error::Settings)
 }
 
+/// A run as its errors describe it: its config, data, folder, device and planted fault.
+struct Run<'a> {
+    cfg: &'a TrainConfig,
+    market: &'a Market,
+    source: &'a str,
+    out: &'a Path,
+    gpu: Option<&'a Gpu>,
+    fault: &'a Option<Fault>,
+}
+
 /// The loop's outcome as the run's: a non-finite value located (where it first appeared,
 /// replayed from the last good checkpoint), any error with what the run folder keeps.
-#[allow(clippy::too_many_arguments)]
 fn finished<E: std::error::Error + Send + Sync + 'static>(
-    run: std::result::Result<trainer::Finish, TrainError<E>>,
-    cfg: &TrainConfig,
-    market: &Market,
-    source: &str,
-    out: &Path,
-    gpu: Option<&Gpu>,
-    fault: &Option<Fault>,
+    result: std::result::Result<trainer::Finish, TrainError<E>>,
+    run: &Run,
 ) -> Result<trainer::Finish>
 where
     Error: From<E>,
 {
-    match run {
+    match result {
         Ok(f) => Ok(f),
         Err(TrainError::Observe(e)) if e.is::<NonFiniteState>() => {
             let step = e.downcast_ref::<NonFiniteState>().map_or(0, |n| n.step);
-            Err(diverged(
-                cfg,
-                market,
-                source,
-                out,
-                gpu,
-                fault,
-                step,
-                &e.to_string(),
-            ))
+            Err(diverged(run, step, &e.to_string()))
         }
-        Err(TrainError::NonFinite { step, what }) => {
-            Err(diverged(cfg, market, source, out, gpu, fault, step, &what))
-        }
-        Err(e) => Err(with_what_is_kept(flatten(e), out)),
+        Err(TrainError::NonFinite { step, what }) => Err(diverged(run, step, &what)),
+        Err(e) => Err(with_what_is_kept(flatten(e), run.out)),
     }
 }
 
@@ -798,18 +799,8 @@ fn non_finite_state(o: &OracleTrainer) -> Option<&'static str> {
 
 /// The error of a run that diverged at `step` (`what` became non-finite), with where the
 /// first non-finite value appeared and what the run folder keeps.
-#[allow(clippy::too_many_arguments)]
-fn diverged(
-    cfg: &TrainConfig,
-    market: &Market,
-    source: &str,
-    out: &Path,
-    gpu: Option<&Gpu>,
-    fault: &Option<Fault>,
-    step: u64,
-    what: &str,
-) -> Error {
-    let located = match locate_non_finite(cfg, market, source, out, gpu, fault, step) {
+fn diverged(run: &Run, step: u64, what: &str) -> Error {
+    let located = match locate_non_finite(run, step) {
                 Ok(Some(hit)) => format!(
                     "; the first non-finite value appeared in step {} (stage {}, buffer {:?}, element {}), replayed from the checkpoint of step {}",
                     hit.step + 1,
@@ -825,7 +816,7 @@ fn diverged(
                 Error::Train(format!(
                     "training diverged at step {step}: {what} became non-finite{located}; lower qnet.lr or qnet.grad_clip, or check the data"
                 )),
-                out,
+                run.out,
             )
 }
 
@@ -842,15 +833,15 @@ struct NonFiniteAt {
 /// Replay the run from its newest checkpoint (or its start) up to step `until`, eagerly,
 /// tracing every step, and find the first stage output holding a non-finite value: the
 /// slow path a diverged run takes once, so the run itself never reads its buffers.
-fn locate_non_finite(
-    cfg: &TrainConfig,
-    market: &Market,
-    source: &str,
-    out: &Path,
-    gpu: Option<&Gpu>,
-    fault: &Option<Fault>,
-    until: u64,
-) -> Result<Option<NonFiniteAt>> {
+fn locate_non_finite(run: &Run, until: u64) -> Result<Option<NonFiniteAt>> {
+    let Run {
+        cfg,
+        market,
+        source,
+        out,
+        gpu,
+        fault,
+    } = *run;
     let newest = checkpoint::list(&out.join("checkpoints"))?.last().cloned();
     let (from, state) = match newest {
         Some((k, path)) => (k, Checkpoint::read(&path)?.trainer(market, source)?),

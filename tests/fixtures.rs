@@ -20,6 +20,28 @@ fn temp_copy_of_fixtures(tag: &str) -> PathBuf {
     dir
 }
 
+/// Rewrite tensor `name` of the safetensors file at `path` with `change` (its dtype and bytes).
+fn rewrite_tensor(path: &Path, name: &str, change: impl FnOnce(safetensors::Dtype, &mut [u8])) {
+    use safetensors::tensor::{SafeTensors, TensorView};
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    let (_, dtype, _, data) = tensors
+        .iter_mut()
+        .find(|(n, ..)| n == name)
+        .unwrap_or_else(|| panic!("{} holds no tensor {name}", path.display()));
+    change(*dtype, data);
+    let views: Vec<(String, TensorView)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
+}
+
 #[test]
 fn recorded_fixtures_replay_through_the_oracle() {
     let pairs = fixtures::check(&fixtures::default_dir(), Replayer::Oracle)
@@ -67,28 +89,16 @@ fn a_changed_kernel_source_makes_its_fixture_stale_with_the_command_to_re_record
 
 #[test]
 fn a_tampered_fixture_output_fails_the_oracle_replay() {
-    use safetensors::tensor::{SafeTensors, TensorView};
     let dir = temp_copy_of_fixtures("tampered");
     // Change one recorded sample index: the oracle replay must notice.
-    let path = dir.join("replay_sample.safetensors");
-    let bytes = std::fs::read(&path).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
-        .tensors()
-        .into_iter()
-        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
-        .collect();
-    let (_, _, _, data) = tensors
-        .iter_mut()
-        .find(|(n, ..)| n == "0/out/indices")
-        .unwrap();
-    let first = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
-    data[..4].copy_from_slice(&((first + 1) % 96).to_le_bytes());
-    let views: Vec<(String, TensorView)> = tensors
-        .iter()
-        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
-        .collect();
-    std::fs::write(&path, safetensors::serialize(views, &None).unwrap()).unwrap();
+    rewrite_tensor(
+        &dir.join("replay_sample.safetensors"),
+        "0/out/indices",
+        |_, data| {
+            let first = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+            data[..4].copy_from_slice(&((first + 1) % 96).to_le_bytes());
+        },
+    );
     let pairs = fixtures::check(&dir, Replayer::Oracle).unwrap();
     let bad: Vec<_> = pairs.iter().filter(|(_, c)| !c.passed()).collect();
     assert_eq!(
@@ -328,7 +338,7 @@ fn whole_step_fixtures_replay_through_the_oracle_and_fail_where_changed_or_stale
             ts::write_step(&dir, &header, &before, kind, &step).unwrap();
         }
     }
-    let hashes = ts::STEP_KERNELS
+    let hashes = tallyho::trainer::STEP_KERNELS
         .iter()
         .map(|k| {
             let sha = tallyho::runtime::kernel_source(k).unwrap().sha256;
@@ -355,25 +365,11 @@ fn whole_step_fixtures_replay_through_the_oracle_and_fail_where_changed_or_stale
     }
 
     // One changed element of the recorded step: its row fails.
-    use safetensors::tensor::{SafeTensors, TensorView};
-    let record = dir.join("step-000003-record.safetensors");
-    let bytes = std::fs::read(&record).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
-        .tensors()
-        .into_iter()
-        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
-        .collect();
-    let (_, dtype, _, data) = tensors
-        .iter_mut()
-        .find(|(n, ..)| n == "update0.loss")
-        .unwrap();
-    perturb_one_element(*dtype, data);
-    let views: Vec<(String, TensorView)> = tensors
-        .iter()
-        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
-        .collect();
-    std::fs::write(&record, safetensors::serialize(views, &None).unwrap()).unwrap();
+    rewrite_tensor(
+        &dir.join("step-000003-record.safetensors"),
+        "update0.loss",
+        perturb_one_element,
+    );
     let rows = ts::check(&dir, &entry, None).unwrap();
     let failed: Vec<&str> = rows
         .iter()

@@ -13,7 +13,7 @@ use crate::harness::fixtures::{self, Replayer};
 use crate::harness::parity::{self, replay::ReplayCase};
 use crate::reward::RewardPath;
 use crate::runtime::Gpu;
-use crate::trainer::CudaTrainer;
+use crate::trainer::{CudaTrainer, STEP_KERNELS};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -160,30 +160,6 @@ const QNET_KERNELS: &[&str] = &[
     "optimizer_grad_norm",
     "optimizer_adam",
     "optimizer_target_sync",
-];
-/// The kernels a training step launches (on one path or another).
-const STEP_KERNELS: &[&str] = &[
-    "schedule",
-    "state_gather",
-    "qnet_forward",
-    "qnet_head",
-    "qnet_head_matrix",
-    "qnet_act",
-    "env_step",
-    "experience_step",
-    "reward_fused",
-    "reward_stages",
-    "transition_assemble",
-    "trainer_metrics",
-    "replay_sample",
-    "replay_gather",
-    "qnet_loss",
-    "qnet_backward",
-    "optimizer_grad_norm",
-    "optimizer_adam",
-    "optimizer_target_sync",
-    "replay_update_priorities",
-    "replay_insert",
 ];
 
 /// Every group, in the order of the matrix (the whole training step, the slowest, last).

@@ -42,6 +42,32 @@ const BINDING_WORDS: usize = 5 + 26 + 5 + 11 + 9;
 /// Each kind's graph slot (index: `StepKind as usize`).
 const KINDS: usize = 3;
 
+/// The kernel files a training step launches, on one path or another (graph or eager,
+/// fused or unfused, one launch or three): what a change to any of them can move.
+pub const STEP_KERNELS: &[&str] = &[
+    "schedule",
+    "state_gather",
+    "qnet_forward",
+    "qnet_head",
+    "qnet_head_matrix",
+    "qnet_act",
+    "env_step",
+    "experience_step",
+    "reward_fused",
+    "reward_stages",
+    "transition_assemble",
+    "trainer_metrics",
+    "replay_sample",
+    "replay_gather",
+    "qnet_loss",
+    "qnet_backward",
+    "optimizer_grad_norm",
+    "optimizer_adam",
+    "optimizer_target_sync",
+    "replay_update_priorities",
+    "replay_insert",
+];
+
 /// The training state on the device and the step's graphs.
 pub struct CudaTrainer {
     cfg: TrainConfig,
