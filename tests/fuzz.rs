@@ -419,12 +419,10 @@ fn the_fixture_reader_survives_fuzzed_files() {
     });
 }
 
-/// The reader and the replay of every recorded call through the oracle. Ignored: the
-/// fixture families hand recorded inputs to the oracle unchecked, and an inconsistent one
-/// (a bar index past the market, a length that does not match its config) panics there
-/// (docs/ROBUSTNESS.md, open findings; the inputs are in tests/bad_inputs/fuzz/fixtures-replay/).
+/// The reader and the replay of every recorded call through the oracle: a recording whose
+/// values do not fit together (a bar index past the market, from
+/// tests/bad_inputs/fuzz/fixtures-replay/) is an error naming the kernel, the call and the fix.
 #[test]
-#[ignore = "known panics in the fixture families' oracle replay (docs/ROBUSTNESS.md)"]
 fn the_fixture_replay_survives_fuzzed_files() {
     fuzz_fixtures("fixtures-replay", |dir| {
         fixtures::check(dir, Replayer::Oracle).map(|_| ())
