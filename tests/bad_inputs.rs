@@ -624,7 +624,7 @@ fn config_refusal(case: &str, file: Option<&str>, sets: &[&str]) -> (String, Opt
 }
 
 /// (case, --set, what the message must name).
-const SET_CASES: [(&str, &str, &[&str]); 16] = [
+const SET_CASES: [(&str, &str, &[&str]); 17] = [
     ("envs-zero", "env.envs=0", &["env.envs is 0", "at least 1"]),
     (
         "envs-negative",
@@ -739,6 +739,14 @@ const SET_CASES: [(&str, &str, &[&str]); 16] = [
         &[
             "qnet.lr = NaN is outside (0, +inf)",
             "a learning rate such as 1e-4",
+        ],
+    ),
+    (
+        "commission-infinite",
+        "env.commission=inf",
+        &[
+            "env.commission = inf is outside >= 0, finite",
+            "a fee per contract such as 2.5",
         ],
     ),
 ];

@@ -114,17 +114,17 @@ impl EnvConfig {
             "allow at least one contract",
         )?;
         require(
-            self.point_value > 0.0,
+            self.point_value > 0.0 && self.point_value.is_finite(),
             "point_value",
             self.point_value,
-            "> 0",
+            "> 0, finite",
             "the contract's currency per point (ES: 50)",
         )?;
         require(
-            self.commission >= 0.0,
+            self.commission >= 0.0 && self.commission.is_finite(),
             "commission",
             self.commission,
-            ">= 0",
+            ">= 0, finite",
             "a fee per contract such as 2.5",
         )?;
         require(
