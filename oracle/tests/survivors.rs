@@ -492,3 +492,32 @@ fn displayed_times_follow_the_gregorian_calendar_from_1900_to_2101() {
         }
     }
 }
+
+#[test]
+fn a_sum_tree_with_a_stale_internal_node_is_not_consistent() {
+    use tallyho_oracle::replay::sum_tree_refresh;
+    let build = |t: &mut Vec<f32>| sum_tree_refresh(t, 4, &[0, 1, 2, 3]);
+    // Four leaves 1, 2, 3, 4: internal nodes 3 and 7 under the root 10.
+    let mut tree = vec![0.0f32, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0];
+    build(&mut tree);
+    assert_eq!(&tree[1..4], &[10.0, 3.0, 7.0]);
+    assert!(sum_tree_is_consistent(&tree));
+    // A leaf changed without its ancestors: node 2 (3.0) no longer sums 1.5 + 2.
+    tree[4] = 1.5;
+    assert!(!sum_tree_is_consistent(&tree));
+    build(&mut tree);
+    assert!(sum_tree_is_consistent(&tree));
+    // One ulp off at the root is inconsistent too (the rule is bitwise).
+    tree[1] = f32::from_bits(tree[1].to_bits() + 1);
+    assert!(!sum_tree_is_consistent(&tree));
+}
+
+#[test]
+fn a_priority_is_the_absolute_td_error_plus_eps_to_the_alpha() {
+    use tallyho_oracle::replay::replay_priority;
+    // (|-3| + 1)^0.5 = 2; (0 + 0.25)^1 = 0.25; alpha 0 makes every priority 1.
+    assert_eq!(replay_priority(-3.0, 0.5, 1.0), 2.0);
+    assert_eq!(replay_priority(0.0, 1.0, 0.25), 0.25);
+    assert_eq!(replay_priority(7.0, 0.0, 1e-6), 1.0);
+    assert_eq!(replay_priority(3.0, 2.0, 1.0), 16.0);
+}
