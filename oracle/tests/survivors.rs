@@ -521,3 +521,58 @@ fn a_priority_is_the_absolute_td_error_plus_eps_to_the_alpha() {
     assert_eq!(replay_priority(7.0, 0.0, 1e-6), 1.0);
     assert_eq!(replay_priority(3.0, 2.0, 1.0), 16.0);
 }
+
+#[test]
+fn the_hold_controller_moves_the_bonus_by_gain_times_cap_times_the_duration_gap() {
+    use tallyho_oracle::reward::{
+        reward_stage, RewardConfig, RewardEnvs, RewardGlobal, RewardOut, Stage,
+    };
+    let cfg = RewardConfig {
+        hold_gain: 0.2,
+        hold_bonus_max: 0.01,
+        target_duration: 20.0,
+        ..RewardConfig::default()
+    };
+    let mut global = RewardGlobal::new(&cfg);
+    (global.dones, global.ema_duration, global.hold_bonus) = (1.0, 10.0, 0.002);
+    reward_stage(
+        Stage::Controllers,
+        &cfg,
+        &[],
+        &[],
+        &mut RewardEnvs::new(0),
+        &mut global,
+        &mut RewardOut::new(0),
+    );
+    // Trades half the target length: 0.002 + 0.2 x 0.01 x (20 - 10) / 20 = 0.003.
+    assert!(
+        (global.hold_bonus - 0.003).abs() < 1e-9,
+        "{}",
+        global.hold_bonus
+    );
+}
+
+#[test]
+fn a_run_of_no_steps_or_keeping_no_checkpoint_is_refused() {
+    use tallyho_oracle::RunConfig;
+    assert!(RunConfig::default().validate().is_ok());
+    for (run, key) in [
+        (
+            RunConfig {
+                steps: 0,
+                ..RunConfig::default()
+            },
+            "steps",
+        ),
+        (
+            RunConfig {
+                keep_checkpoints: 0,
+                ..RunConfig::default()
+            },
+            "keep_checkpoints",
+        ),
+    ] {
+        let e = run.validate().unwrap_err().to_string();
+        assert!(e.contains(key), "{key}: {e}");
+    }
+}
