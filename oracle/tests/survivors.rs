@@ -576,3 +576,53 @@ fn a_run_of_no_steps_or_keeping_no_checkpoint_is_refused() {
         assert!(e.contains(key), "{key}: {e}");
     }
 }
+
+#[test]
+fn an_n_step_ring_count_advances_by_one_and_folds_back_from_2n_to_n() {
+    use tallyho_oracle::transition::TransitionRing;
+    let ring = TransitionRing::new(2, 3, 3, 0.9).unwrap();
+    // n = 3: 0 -> 1 -> 2 -> 3 -> 4 -> 5 -> 3 (a full window stays full).
+    let walk: Vec<u32> = std::iter::successors(Some(0u32), |&c| Some(ring.next_count(c)))
+        .take(8)
+        .collect();
+    assert_eq!(walk, [0, 1, 2, 3, 4, 5, 3, 4]);
+}
+
+#[test]
+fn a_lean_log_says_a_future_had_no_roll_and_says_nothing_of_rolls_for_an_equity() {
+    use tallyho_oracle::market::{LeanAsset, LeanDay, LeanLog, LeanRoll};
+    let day = |day: i64, contract: Option<&str>| LeanDay {
+        day,
+        symbol: "es".into(),
+        contract: contract.map(String::from),
+        first_bar: 0,
+        bars: 10,
+        shift: 0.0,
+    };
+    let has = |log: &LeanLog, text: &str| log.lines().iter().any(|l| l.contains(text));
+    let future = LeanLog {
+        asset: LeanAsset::Future,
+        days: vec![day(15985, Some("201312"))],
+        rolls: Vec::new(),
+    };
+    assert!(has(&future, "rolls: none"));
+    let equity = LeanLog {
+        asset: LeanAsset::Equity,
+        days: vec![day(15985, None)],
+        rolls: Vec::new(),
+    };
+    assert!(!has(&equity, "rolls"), "{:?}", equity.lines());
+    let rolled = LeanLog {
+        rolls: vec![LeanRoll {
+            day: 15986,
+            from: "201312".into(),
+            to: "201403".into(),
+            at_ms: 0,
+            from_close: 1700.0,
+            to_close: 1690.0,
+        }],
+        ..future
+    };
+    assert!(has(&rolled, "rolls (additive back-adjustment"));
+    assert!(!has(&rolled, "rolls: none"), "{:?}", rolled.lines());
+}
