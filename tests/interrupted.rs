@@ -214,7 +214,7 @@ fn a_non_finite_value_stops_the_run_at_its_step_and_stage_keeping_the_last_good_
             .unwrap();
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{fault}: the run went on: {stderr}");
-        let window = (at + 9) / 10 * 10;
+        let window = at.div_ceil(10) * 10;
         let good = window - 10;
         for says in [
             format!("training diverged at step {window}"),

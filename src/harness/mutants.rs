@@ -697,8 +697,7 @@ fn spawn_one(
     let last = stdout
         .lines()
         .chain(stderr.lines())
-        .filter(|l| !l.trim().is_empty())
-        .last()
+        .rfind(|l| !l.trim().is_empty())
         .unwrap_or("")
         .to_string();
     Ok((

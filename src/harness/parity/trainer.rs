@@ -364,7 +364,7 @@ pub fn compare_taught(
         ),
         compare_rel_norm(
             "acting q",
-            &gq,
+            gq,
             &own_q.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
             tol.acting,
         ),
@@ -515,10 +515,10 @@ pub fn compare_taught(
             Error::Shape("the GPU's step made no update where the oracle's did".into())
         })?;
         let (idx, w) = (&gu.indices, &gu.weights);
-        c.push(compare_exact("sampled indices", &idx, &u.indices));
+        c.push(compare_exact("sampled indices", idx, &u.indices));
         c.push(compare_f32(
             "importance weights",
-            &w,
+            w,
             &u.weights.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
             REPLAY_IS_WEIGHT,
         ));
@@ -542,14 +542,14 @@ pub fn compare_taught(
                 .map(|(&x, &x0)| f64::from(x) - f64::from(x0))
                 .collect()
         };
-        let got_disp: Vec<f32> = disp(&gon).iter().map(|&v| v as f32).collect();
+        let got_disp: Vec<f32> = disp(gon).iter().map(|&v| v as f32).collect();
         c.push(compare_rel_norm(
             "parameter displacement",
             &got_disp,
             &disp(&o.online),
             QNET_TRAJECTORY,
         ));
-        let tgt_disp: Vec<f32> = disp(&gtg).iter().map(|&v| v as f32).collect();
+        let tgt_disp: Vec<f32> = disp(gtg).iter().map(|&v| v as f32).collect();
         c.push(compare_rel_norm(
             "target displacement",
             &tgt_disp,
