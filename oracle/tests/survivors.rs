@@ -626,3 +626,24 @@ fn a_lean_log_says_a_future_had_no_roll_and_says_nothing_of_rolls_for_an_equity(
     assert!(has(&rolled, "rolls (additive back-adjustment"));
     assert!(!has(&rolled, "rolls: none"), "{:?}", rolled.lines());
 }
+
+#[test]
+fn metric_totals_round_trip_through_their_words_in_declaration_order() {
+    use tallyho_oracle::trainer::MetricTotals;
+    let t = MetricTotals {
+        steps: 1.0,
+        reward: 2.0,
+        pnl: 3.0,
+        trades: 4.0,
+        episodes: 5.0,
+        q: 6.0,
+        updates: 7.0,
+        loss: 8.0,
+        grad_norm: 9.0,
+        epsilon: 10.0,
+        flags: 11.0,
+    };
+    let w = t.to_words();
+    assert_eq!(w, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]);
+    assert_eq!(MetricTotals::of_words(&w), t);
+}

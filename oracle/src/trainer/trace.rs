@@ -97,19 +97,6 @@ pub enum Values {
 }
 
 impl Values {
-    pub fn len(&self) -> usize {
-        match self {
-            Values::F32(v) => v.len(),
-            Values::F64(v) => v.len(),
-            Values::I32(v) => v.len(),
-            Values::U32(v) => v.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Element `i` as a double (NaN past the end).
     pub fn at(&self, i: usize) -> f64 {
         match self {
@@ -412,5 +399,63 @@ pub fn compare_buffers(x: &Buffer, y: &Buffer, tol: Option<Tolerance>) -> Compar
         (I32(a), I32(b), _) => compare_exact(&name, a, b),
         (U32(a), U32(b), _) => compare_exact(&name, a, b),
         _ => compare_exact(&format!("{name} (of another type)"), &[1u32], &[0u32]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffer(stage: &'static str, name: &str, values: Values) -> Buffer {
+        Buffer {
+            stage,
+            name: name.into(),
+            values,
+        }
+    }
+
+    #[test]
+    fn the_first_divergence_is_the_earliest_stage_s_first_element_out_of_bound() {
+        let a = vec![
+            buffer("reward", "reward", Values::F32(vec![1.0, 2.0, 3.0])),
+            buffer("acting", "q", Values::F32(vec![0.5, 0.25])),
+            buffer("replay_sample", "indices", Values::U32(vec![7, 9])),
+        ];
+        assert_eq!(first_divergence(3, &a, &a, |_| None), None);
+        // Two buffers differ; the acting stage runs first, whatever the traces' order.
+        let mut b = a.clone();
+        b[0].values = Values::F32(vec![1.0, 2.5, 3.0]);
+        b[1].values = Values::F32(vec![0.5, 0.75]);
+        let d = first_divergence(3, &a, &b, |_| None).unwrap();
+        assert_eq!(
+            (d.step, d.stage, d.buffer.as_str(), d.element),
+            (3, "acting", "q", 1)
+        );
+        assert_eq!((d.a, d.b, d.error), (0.25, 0.75, 0.5));
+        // Within a tolerance the acting difference is no divergence; the reward's is.
+        let loose = crate::tolerance::Tolerance {
+            atol: 1.0,
+            rtol: 0.0,
+            exact: false,
+            norm: false,
+            reason: "test",
+        };
+        let d = first_divergence(3, &a, &b, |x| (x.stage == "acting").then_some(loose)).unwrap();
+        assert_eq!((d.stage, d.element, d.a, d.b), ("reward", 1, 2.0, 2.5));
+        // An integer buffer differs exactly; a buffer one trace lacks parts too.
+        let mut c = a.clone();
+        c[2].values = Values::U32(vec![7, 8]);
+        let d = first_divergence(0, &a, &c, |_| None).unwrap();
+        assert_eq!(
+            (d.stage, d.element, d.a, d.b),
+            ("replay_sample", 1, 9.0, 8.0)
+        );
+        let d = first_divergence(0, &a, &a[..2], |_| None).unwrap();
+        assert_eq!(d.stage, "replay_sample");
+        assert!(
+            d.buffer.contains("the other trace has no such buffer"),
+            "{}",
+            d.buffer
+        );
     }
 }
