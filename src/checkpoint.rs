@@ -108,6 +108,27 @@ pub struct Header {
     pub config: TrainConfig,
 }
 
+impl Header {
+    /// The header of this version's checkpoint of a `backend` run of `config` on `market`
+    /// (read from `source`) after `step` steps.
+    pub fn new(
+        step: u64,
+        backend: &str,
+        market: &Market,
+        source: &str,
+        config: &TrainConfig,
+    ) -> Header {
+        Header {
+            format: FORMAT.into(),
+            version: VERSION,
+            step,
+            backend: backend.into(),
+            market: MarketId::of(market, source),
+            config: config.clone(),
+        }
+    }
+}
+
 /// The bytes of the checkpoint of `o` after `header.step` steps.
 pub fn serialize(header: &Header, o: &OracleTrainer) -> Result<Vec<u8>> {
     let named = tensors(o)?;

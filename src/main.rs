@@ -794,7 +794,7 @@ fn run(cli: Cli) -> Result<()> {
             let groups = verify::select(&only)?;
             if list {
                 for g in groups {
-                    println!("{:<22} {}", g.name, g.covers.join(", "));
+                    println!("{:<22} {}", g.name, g.covers().join(", "));
                 }
                 return Ok(());
             }

@@ -6,7 +6,7 @@
 //! differ: on a GPU a real run, on the CPU a smaller network and fewer envs that finish in
 //! about a minute (the run says which it is).
 
-use crate::checkpoint::{self, Checkpoint, Header, MarketId, SYNTHETIC};
+use crate::checkpoint::{self, Checkpoint, Header, SYNTHETIC};
 use crate::config;
 use crate::env::load_market;
 use crate::error::{Error, Result};
@@ -555,14 +555,7 @@ pub fn run(opts: &TrainOptions, mut note: impl FnMut(&str)) -> Result<TrainSumma
         // A resumed run's rate counts its own transitions only.
         last: (0.0, from * cfg.env.envs as u64),
         checkpoints: out.join("checkpoints"),
-        header: Header {
-            format: checkpoint::FORMAT.into(),
-            version: checkpoint::VERSION,
-            step: 0,
-            backend: backend_name.into(),
-            market: MarketId::of(&market, &source),
-            config: cfg.clone(),
-        },
+        header: Header::new(0, backend_name, &market, &source, &cfg),
         keep: cfg.run.keep_checkpoints as usize,
         stop: opts.stop.clone(),
         written: Vec::new(),

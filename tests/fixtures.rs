@@ -333,7 +333,7 @@ fn whole_step_fixtures_replay_through_the_oracle_and_fail_where_changed_or_stale
         let before = o.clone();
         o.step_with(kind, None).unwrap();
         if steps.contains(&t) {
-            let header = ts::header(t, "cpu", &market, &source, &cfg);
+            let header = tallyho::checkpoint::Header::new(t, "cpu", &market, &source, &cfg);
             let step = GpuStep { after: o.clone() };
             ts::write_step(&dir, &header, &before, kind, &step).unwrap();
         }

@@ -177,7 +177,7 @@ fn every_kernel_a_fault_can_reach_has_verify_groups_to_run() {
     }
     for k in KERNELS {
         assert!(
-            verify::GROUPS.iter().any(|g| g.covers.contains(&k.name)),
+            verify::GROUPS.iter().any(|g| g.covers().contains(&k.name)),
             "no verify group checks {}",
             k.name
         );

@@ -117,24 +117,23 @@ fn oracle_err(e: OracleError) -> Error {
 }
 
 /// A side that steps and gives each step's trace.
-enum Runner<'g> {
+enum Runner {
     Cuda {
         trainer: Box<CudaTrainer>,
         view: Box<OracleTrainer>,
-        _gpu: &'g Gpu,
     },
     Cpu(Box<OracleTrainer>),
     Recorded(Recording),
 }
 
-impl<'g> Runner<'g> {
+impl Runner {
     fn new(
         side: &Side,
-        gpu: Option<&'g Gpu>,
+        gpu: Option<&Gpu>,
         cfg: &TrainConfig,
         market: &Market,
         fault: Option<Fault>,
-    ) -> Result<Runner<'g>> {
+    ) -> Result<Runner> {
         Ok(match side {
             Side::Cuda(p) => {
                 let gpu = gpu.ok_or_else(|| {
@@ -150,7 +149,6 @@ impl<'g> Runner<'g> {
                 Runner::Cuda {
                     trainer: Box::new(t),
                     view: Box::new(OracleTrainer::new(cfg, market).map_err(oracle_err)?),
-                    _gpu: gpu,
                 }
             }
             Side::Cpu => {

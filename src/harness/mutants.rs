@@ -458,12 +458,11 @@ pub enum Verdict {
 pub struct Outcome {
     pub mutant: Mutant,
     pub verdict: Verdict,
-    /// The verify groups it ran.
-    pub groups: Vec<String>,
     pub seconds: f64,
 }
 
-/// The verify groups covering a mutant: those checking a kernel file it changes.
+/// The `--only` filters of a mutant's verify run: the kernel files it changes (every group
+/// checking one of them runs).
 pub fn groups_for(tree: &Tree, m: &Mutant) -> Vec<String> {
     tree.kernels_including(&m.file)
         .into_iter()
@@ -765,7 +764,6 @@ pub fn run_all(
                         let o = Outcome {
                             mutant: m.clone(),
                             verdict,
-                            groups: Vec::new(),
                             seconds,
                         };
                         progress(i, &o);
@@ -824,13 +822,11 @@ pub fn sort_viable(
             Some(Err(why)) => unviable.push(Outcome {
                 mutant: m,
                 verdict: Verdict::Unviable(why),
-                groups: Vec::new(),
                 seconds: 0.0,
             }),
             None => unviable.push(Outcome {
                 mutant: m,
                 verdict: Verdict::Unviable("not compiled".into()),
-                groups: Vec::new(),
                 seconds: 0.0,
             }),
         }

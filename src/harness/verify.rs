@@ -133,13 +133,18 @@ pub struct Ctx<'a> {
 /// they cover; `tallyho mutants` runs, for a planted fault in a file, the groups covering it.
 pub struct Group {
     pub name: &'static str,
-    pub covers: &'static [&'static str],
+    covers: fn() -> Vec<&'static str>,
     check: fn(&Ctx, &mut Matrix) -> Result<()>,
 }
 
 impl Group {
+    /// The kernel files whose outputs the group checks.
+    pub fn covers(&self) -> Vec<&'static str> {
+        (self.covers)()
+    }
+
     fn selected_by(&self, filter: &str) -> bool {
-        self.name.contains(filter) || self.covers.contains(&filter)
+        self.name.contains(filter) || self.covers().contains(&filter)
     }
 }
 
@@ -166,109 +171,89 @@ const QNET_KERNELS: &[&str] = &[
 pub static GROUPS: &[Group] = &[
     Group {
         name: "philox",
-        covers: &["philox"],
+        covers: || vec!["philox"],
         check: check_philox,
     },
     Group {
         name: "replay",
-        covers: &[
-            "replay_insert",
-            "replay_sample",
-            "replay_gather",
-            "replay_update_priorities",
-        ],
+        covers: || {
+            vec![
+                "replay_insert",
+                "replay_sample",
+                "replay_gather",
+                "replay_update_priorities",
+            ]
+        },
         check: check_replay,
     },
     Group {
         name: "transition",
-        covers: &["transition_assemble"],
+        covers: || vec!["transition_assemble"],
         check: check_transition,
     },
     Group {
         name: "schedule",
-        covers: &["schedule"],
+        covers: || vec!["schedule"],
         check: check_schedule,
     },
     Group {
         name: "optimizer",
-        covers: &[
-            "optimizer_grad_norm",
-            "optimizer_adam",
-            "optimizer_target_sync",
-        ],
+        covers: || {
+            vec![
+                "optimizer_grad_norm",
+                "optimizer_adam",
+                "optimizer_target_sync",
+            ]
+        },
         check: check_optimizer,
     },
     Group {
         name: "trainer_metrics",
-        covers: &["trainer_metrics"],
+        covers: || vec!["trainer_metrics"],
         check: check_trainer_metrics,
     },
     Group {
         name: "qnet",
-        covers: QNET_KERNELS,
+        covers: || QNET_KERNELS.to_vec(),
         check: check_qnet,
     },
     Group {
         name: "env",
-        covers: ENV_KERNELS,
+        covers: || ENV_KERNELS.to_vec(),
         check: check_env,
     },
     Group {
         name: "env fused vs unfused",
-        covers: ENV_KERNELS,
+        covers: || ENV_KERNELS.to_vec(),
         check: check_env_fused,
     },
     Group {
         name: "experience",
-        covers: &[
-            "experience_step",
-            "state_gather",
-            "qnet_forward",
-            "qnet_head",
-            "qnet_act",
-            "env_step",
-        ],
+        covers: || {
+            vec![
+                "experience_step",
+                "state_gather",
+                "qnet_forward",
+                "qnet_head",
+                "qnet_act",
+                "env_step",
+            ]
+        },
         check: check_experience,
     },
     Group {
         name: "reward",
-        covers: &["reward_stages", "reward_fused"],
+        covers: || vec!["reward_stages", "reward_fused"],
         check: check_reward,
     },
     Group {
         name: "fixtures",
-        covers: &[
-            "philox",
-            "replay_insert",
-            "replay_sample",
-            "replay_gather",
-            "replay_update_priorities",
-            "qnet_forward",
-            "qnet_head",
-            "qnet_head_matrix",
-            "qnet_act",
-            "qnet_loss",
-            "qnet_backward",
-            "optimizer_grad_norm",
-            "optimizer_adam",
-            "optimizer_target_sync",
-            "state_gather",
-            "action_select",
-            "fill_step",
-            "barriers",
-            "env_step",
-            "experience_step",
-            "reward_stages",
-            "reward_fused",
-            "schedule",
-            "transition_assemble",
-            "trainer_metrics",
-        ],
+        covers: || fixtures::kernels().collect(),
         check: check_fixtures,
     },
     Group {
         name: "training step",
-        covers: STEP_KERNELS,
+        covers: || STEP_KERNELS.to_vec(),
         check: check_training_step,
     },
 ];
@@ -278,10 +263,8 @@ pub static GROUPS: &[Group] = &[
 pub fn select(only: &[String]) -> Result<Vec<&'static Group>> {
     for f in only {
         if !GROUPS.iter().any(|g| g.selected_by(f)) {
-            let kernels: std::collections::BTreeSet<&str> = GROUPS
-                .iter()
-                .flat_map(|g| g.covers.iter().copied())
-                .collect();
+            let kernels: std::collections::BTreeSet<&str> =
+                GROUPS.iter().flat_map(|g| g.covers()).collect();
             return Err(Error::Shape(format!(
                 "--only {f:?} selects no group: give part of a group's name ({}) or a kernel file ({})",
                 GROUPS.iter().map(|g| g.name).collect::<Vec<_>>().join(", "),
@@ -757,12 +740,10 @@ type TwinSetup = fn(&mut CudaTrainer, usize) -> Result<()>;
 fn check_fixtures(ctx: &Ctx, m: &mut Matrix) -> Result<()> {
     ctx.progress("fixtures");
     let only = &ctx.opts.only;
-    let named: Vec<&String> = only
-        .iter()
-        .filter(|f| !"fixtures".contains(f.as_str()))
-        .collect();
-    let keep =
-        |k: &str| named.len() < only.len() || only.is_empty() || named.iter().any(|f| *f == k);
+    // Every fixture where no filter is given or one selects this group by name; else those
+    // of the kernel files the filters name.
+    let every = only.is_empty() || only.iter().any(|f| "fixtures".contains(f.as_str()));
+    let keep = |k: &str| every || only.iter().any(|f| f == k);
     match fixtures::check_kernels(&ctx.opts.fixture_dir, Replayer::Gpu(ctx.gpu), keep) {
         Ok(pairs) => {
             for (kernel, c) in pairs {
